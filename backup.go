@@ -1,0 +1,176 @@
+package main
+
+import (
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/scripts"
+)
+
+// adminEnv connects a job to the primary as the superuser. The password
+// comes from the Secret by reference: no secret value is ever written into
+// a pod spec.
+func adminEnv(db *database) []corev1.EnvVar {
+	ref := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: superuserName(db)}, Key: key,
+		}}
+	}
+	return []corev1.EnvVar{
+		{Name: "PGHOST", Value: serviceHost(db, db.Name)},
+		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
+		{Name: "PGUSER", ValueFrom: ref(keyUsername)},
+		{Name: "PGPASSWORD", ValueFrom: ref(keyPassword)},
+		{Name: "DB_NAME", Value: db.SQLName},
+	}
+}
+
+// jobResources are modest: pg_dump and pg_restore stream, they do not buffer.
+func jobResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+}
+
+// besidePod schedules a job pod on the node of another pod: the backup
+// volume is ReadWriteOnce and attached where ordinal 0 runs.
+func besidePod(required bool, podLabels map[string]string) *corev1.Affinity {
+	term := corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: podLabels},
+		TopologyKey:   corev1.LabelHostname,
+	}
+	a := &corev1.PodAffinity{}
+	if required {
+		a.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{term}
+	} else {
+		a.PreferredDuringSchedulingIgnoredDuringExecution = []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: term}}
+	}
+	return &corev1.Affinity{PodAffinity: a}
+}
+
+// backupCronJob dumps the app database on schedule to the backup volume of
+// ordinal 0. The volume is a claim template of the StatefulSet, not a
+// resource of the Database, so the backups outlive the Database under
+// deletionPolicy Retain.
+func backupCronJob(db *database, p *plan) *batchv1.CronJob {
+	env := append(adminEnv(db),
+		corev1.EnvVar{Name: "BACKUP_DIR", Value: backupsDir},
+		corev1.EnvVar{Name: "BACKUP_RETENTION", Value: strconv.FormatInt(db.Backup.Retention, 10)},
+		corev1.EnvVar{Name: "DATABASE", Value: db.Name},
+	)
+	return &batchv1.CronJob{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      backupName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentBackup),
+		},
+		Spec: batchv1.CronJobSpec{
+			Schedule: db.Backup.Schedule,
+			// Two dumps at once would race on pruning and double the load.
+			ConcurrencyPolicy: batchv1.ForbidConcurrent,
+			// A missed run (controller down) still runs within the hour.
+			StartingDeadlineSeconds:    ptr.To[int64](3600),
+			SuccessfulJobsHistoryLimit: ptr.To[int32](3),
+			FailedJobsHistoryLimit:     ptr.To[int32](3),
+			JobTemplate: batchv1.JobTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
+				Spec: batchv1.JobSpec{
+					BackoffLimit: ptr.To[int32](2),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
+						Spec: podSpecDefaults(corev1.PodSpec{
+							RestartPolicy: corev1.RestartPolicyNever,
+							Affinity:      besidePod(true, primaryLabels(db)),
+							Containers: []corev1.Container{{
+								Name:            containerBackup,
+								Image:           p.Image,
+								ImagePullPolicy: corev1.PullIfNotPresent,
+								Command:         []string{"bash", scriptsDir + "/" + scripts.Backup},
+								Env:             env,
+								Resources:       jobResources(),
+								VolumeMounts: []corev1.VolumeMount{
+									{Name: volBackups, MountPath: backupsDir},
+									{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+									{Name: volTmp, MountPath: tmpDir},
+								},
+								SecurityContext: containerSecurityContext(),
+							}},
+							Volumes: []corev1.Volume{
+								claimVolume(volBackups, backupsClaimName(db.Name), false),
+								scriptsVolume(db),
+								{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+							},
+						}),
+					},
+				},
+			},
+		},
+	}
+}
+
+func claimVolume(name, claim string, readOnly bool) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly},
+	}}
+}
+
+// restoreJob restores a backup of another Database into this one, once, at
+// creation. It mounts the source's backup volume read-only (it outlives its
+// Database under Retain) and refuses a database that holds user tables, so
+// re-running it can never overwrite live data.
+func restoreJob(db *database, p *plan) *batchv1.Job {
+	src := db.RestoreFrom
+	env := append(adminEnv(db),
+		corev1.EnvVar{Name: "APP_USER", Value: db.SQLName},
+		corev1.EnvVar{Name: "RESTORE_DIR", Value: restoreDir},
+		corev1.EnvVar{Name: "RESTORE_BACKUP", Value: src.Backup},
+		corev1.EnvVar{Name: "RESTORE_SOURCE", Value: src.Database},
+	)
+	return &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      restoreName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentRestore),
+		},
+		Spec: batchv1.JobSpec{
+			// The script waits for the new primary; retries cover a slow start.
+			BackoffLimit: ptr.To[int32](6),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentRestore)},
+				Spec: podSpecDefaults(corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					// Near the source's primary when it still runs: its
+					// backup volume is attached there.
+					Affinity: besidePod(false, map[string]string{labelName: appName, labelInstance: src.Database, labelPodName: src.Database + "-0"}),
+					Containers: []corev1.Container{{
+						Name:            containerRestore,
+						Image:           p.Image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{"bash", scriptsDir + "/" + scripts.Restore},
+						Env:             env,
+						Resources:       jobResources(),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: volRestore, MountPath: restoreDir, ReadOnly: true},
+							{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+							{Name: volTmp, MountPath: tmpDir},
+						},
+						SecurityContext: containerSecurityContext(),
+					}},
+					Volumes: []corev1.Volume{
+						claimVolume(volRestore, backupsClaimName(src.Database), true),
+						scriptsVolume(db),
+						{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				}),
+			},
+		},
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/resource"
+)
+
+// compose builds every resource of the Database (DESIGN §3), keyed by its
+// composition resource name. Builders are pure; what exists depends only on
+// the spec, the input and the plan.
+func compose(db *database, p *plan) map[resource.Name]any {
+	cm := scriptsConfigMap(db, p)
+	out := map[resource.Name]any{
+		rnCredentials:     credentialsSecret(db, p.Passwords),
+		rnSuperuser:       superuserSecret(db, p.Passwords),
+		rnScripts:         cm,
+		rnStatefulSet:     statefulSet(db, p, configHash(cm)),
+		rnService:         primaryService(db),
+		rnServiceHeadless: headlessService(db),
+	}
+	if db.Tier.Replicas > 1 {
+		out[rnServiceRead] = readService(db)
+		out[rnPDB] = podDisruptionBudget(db)
+	}
+	if db.NetworkPolicy {
+		out[rnNetworkPolicy] = networkPolicy(db)
+	}
+	if db.Backup.Enabled {
+		out[rnBackup] = backupCronJob(db, p)
+	}
+	if p.Restore {
+		out[rnRestore] = restoreJob(db, p)
+	}
+	return out
+}
+
+// setConnectionDetails publishes the app credentials as the XR's connection
+// details: a legacy claim's writeConnectionSecretToRef gets them. (v2
+// namespaced XRs have no connection details; apps mount N-credentials.)
+func setConnectionDetails(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any) {
+	s, ok := desired[rnCredentials].(*corev1.Secret)
+	if !ok {
+		return
+	}
+	rsp.Desired.Composite.ConnectionDetails = make(map[string][]byte, len(s.Data))
+	for k, v := range s.Data {
+		rsp.Desired.Composite.ConnectionDetails[k] = v
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/example/function-database/input/v1beta1"
+)
+
+const (
+	inputAPIVersion = "database.fn.example.com/v1beta1"
+	inputKind       = "Input"
+
+	defaultImage         = "postgres"
+	defaultClusterDomain = "cluster.local"
+)
+
+// imagePattern matches an image repository (optionally with a registry host
+// and port) but no tag or digest: the tag always comes from spec.version, so
+// the image never floats.
+var imagePattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
+
+// config is the function input resolved: tiers parsed, defaults applied.
+type config struct {
+	Tiers             map[string]tier
+	Image             string
+	StorageClassName  string
+	ClusterDomain     string
+	NetworkPolicy     bool
+	AllowedNamespaces []string
+}
+
+// parseInput decodes the Composition step's input strictly (an unknown field
+// is a typo the platform team wants to hear about) and resolves it. No input
+// means the built-in defaults.
+func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
+	in := &v1beta1.Input{}
+	p := field.NewPath("input")
+	if s != nil && len(s.GetFields()) > 0 {
+		b, err := protojson.Marshal(s)
+		if err != nil {
+			return nil, field.ErrorList{field.InternalError(p, err)}
+		}
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		if err := d.Decode(in); err != nil {
+			return nil, field.ErrorList{field.Invalid(p, "", "cannot decode the function input (apiVersion "+inputAPIVersion+", kind "+inputKind+"): "+err.Error())}
+		}
+		if in.APIVersion != inputAPIVersion || in.Kind != inputKind {
+			return nil, field.ErrorList{field.Invalid(p.Child("apiVersion"), in.APIVersion+", Kind="+in.Kind, "the input must be apiVersion "+inputAPIVersion+", kind "+inputKind)}
+		}
+	}
+	tiers, errs := resolveTiers(in)
+	cfg := &config{
+		Tiers:            tiers,
+		Image:            or(in.Image, defaultImage),
+		StorageClassName: in.StorageClassName,
+		ClusterDomain:    or(in.ClusterDomain, defaultClusterDomain),
+		NetworkPolicy:    true,
+	}
+	if !imagePattern.MatchString(cfg.Image) || len(cfg.Image) > 200 {
+		errs = append(errs, field.Invalid(p.Child("image"), cfg.Image, "must be an image repository without tag or digest, e.g. postgres or registry.example.com/mirror/postgres (the tag is spec.version)"))
+	}
+	if cfg.StorageClassName != "" {
+		for _, m := range validation.IsDNS1123Subdomain(cfg.StorageClassName) {
+			errs = append(errs, field.Invalid(p.Child("storageClassName"), cfg.StorageClassName, m))
+		}
+	}
+	for _, m := range validation.IsDNS1123Subdomain(cfg.ClusterDomain) {
+		errs = append(errs, field.Invalid(p.Child("clusterDomain"), cfg.ClusterDomain, m))
+	}
+	if np := in.NetworkPolicy; np != nil {
+		if np.Enabled != nil {
+			cfg.NetworkPolicy = *np.Enabled
+		}
+		for i, ns := range np.AllowedNamespaces {
+			for _, m := range validation.IsDNS1123Label(ns) {
+				errs = append(errs, field.Invalid(p.Child("networkPolicy", "allowedNamespaces").Index(i), ns, m))
+			}
+		}
+		cfg.AllowedNamespaces = slices.Sorted(slices.Values(slices.Compact(slices.Sorted(slices.Values(np.AllowedNamespaces)))))
+	}
+	return cfg, errs
+}

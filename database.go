@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/robfig/cron/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Limits and defaults of the Database API (DESIGN §1).
+const (
+	// maxNameLength keeps every derived name legal: StatefulSet pods carry
+	// a controller-revision-hash label "N-<10 chars>" (63 max) and CronJob
+	// names are limited to 52 characters, so "N-backup" caps N at 45.
+	maxNameLength = 45
+
+	minMajor = 14
+	maxMajor = 18
+
+	defaultSchedule  = "0 2 * * *"
+	defaultRetention = 7
+	maxRetention     = 1000
+
+	deletionRetain = "Retain"
+	deletionDelete = "Delete"
+
+	restoreLatest = "latest"
+
+	labelClaimName      = "crossplane.io/claim-name"
+	labelClaimNamespace = "crossplane.io/claim-namespace"
+)
+
+var (
+	versionPattern = regexp.MustCompile(`^([0-9]+)(?:\.(0|[1-9][0-9]*))?$`)
+	namePattern    = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+	backupPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	settingName    = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)
+)
+
+// databaseSpec is the wire form of a Database's spec (DESIGN §1). Optional
+// scalars are pointers so that "absent" and "zero" stay distinct.
+type databaseSpec struct {
+	Version        string       `json:"version"`
+	Size           string       `json:"size"`
+	Storage        *storageSpec `json:"storage,omitempty"`
+	Backup         *backupSpec  `json:"backup,omitempty"`
+	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
+	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
+}
+
+type storageSpec struct {
+	Size             string `json:"size,omitempty"`
+	StorageClassName string `json:"storageClassName,omitempty"`
+}
+
+type backupSpec struct {
+	Enabled   bool   `json:"enabled,omitempty"`
+	Schedule  string `json:"schedule,omitempty"`
+	Retention *int64 `json:"retention,omitempty"`
+	Storage   string `json:"storage,omitempty"`
+}
+
+type restoreSpec struct {
+	Database string `json:"database"`
+	Backup   string `json:"backup,omitempty"`
+}
+
+// pgVersion is a PostgreSQL version as the user asked for it: a major, or a
+// major.minor. Tag is the image tag, exactly what the user wrote.
+type pgVersion struct {
+	Major int
+	Tag   string
+}
+
+// database is a Database resolved against its tier and the function input:
+// everything the builders need, validated, with every default applied.
+type database struct {
+	// Name is N, the stem of every composed name: the XR's name, or the
+	// claim's name for a legacy XR (whose own name has a random suffix).
+	Name      string
+	Namespace string
+	// SQLName is the app role and database: N with '-' turned into '_', so
+	// that it is a plain SQL identifier needing no quotes in clients.
+	SQLName string
+	Legacy  bool
+
+	Version          pgVersion
+	Size             string
+	Tier             tier
+	Storage          resource.Quantity
+	StorageClassName string
+	Backup           backup
+	DeletionPolicy   string
+	RestoreFrom      *restoreSpec
+
+	Image             string
+	ClusterDomain     string
+	NetworkPolicy     bool
+	AllowedNamespaces []string
+}
+
+type backup struct {
+	Enabled   bool
+	Schedule  string
+	Retention int64
+	Storage   resource.Quantity
+}
+
+// xrMeta is what the function reads of the observed XR's metadata.
+type xrMeta struct {
+	APIVersion, Kind string
+	Name, Namespace  string
+	Labels           map[string]string
+}
+
+func readXRMeta(xr *structpb.Struct) xrMeta {
+	m := xrMeta{
+		APIVersion: stringAt(xr, "apiVersion"),
+		Kind:       stringAt(xr, "kind"),
+		Name:       stringAt(xr, "metadata", "name"),
+		Namespace:  stringAt(xr, "metadata", "namespace"),
+		Labels:     map[string]string{},
+	}
+	if l := structAt(xr, "metadata", "labels"); l != nil {
+		for k, v := range l.GetFields() {
+			m.Labels[k] = v.GetStringValue()
+		}
+	}
+	return m
+}
+
+// parseDatabase validates the observed XR and resolves it against the input.
+// Every problem is reported with its field path and what is allowed.
+func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList) {
+	meta := readXRMeta(xr)
+	var errs field.ErrorList
+	db := &database{
+		Image:             cfg.Image,
+		ClusterDomain:     cfg.ClusterDomain,
+		NetworkPolicy:     cfg.NetworkPolicy,
+		AllowedNamespaces: cfg.AllowedNamespaces,
+	}
+
+	// A legacy XR is cluster scoped: its claim's name and namespace are the
+	// ones users see, so composed names and namespace come from the claim.
+	db.Name, db.Namespace = meta.Name, meta.Namespace
+	namePath := field.NewPath("metadata", "name")
+	if meta.Namespace == "" {
+		db.Legacy = true
+		db.Name, db.Namespace = meta.Labels[labelClaimName], meta.Labels[labelClaimNamespace]
+		namePath = field.NewPath("metadata", "labels").Key(labelClaimName)
+		if db.Namespace == "" || db.Name == "" {
+			errs = append(errs, field.Required(field.NewPath("metadata", "namespace"),
+				"the Database has no namespace and no crossplane.io/claim-name and claim-namespace labels: create a namespaced Database, or a claim of the legacy XRD"))
+		}
+	}
+	if db.Name != "" {
+		errs = append(errs, validateName(namePath, db.Name)...)
+	}
+	db.SQLName = strings.ReplaceAll(db.Name, "-", "_")
+
+	specVal, ok := xr.GetFields()["spec"]
+	if !ok || specVal.GetStructValue() == nil {
+		return nil, append(errs, field.Required(field.NewPath("spec"), "a Database needs spec.version and spec.size"))
+	}
+	spec, err := decodeSpec(specVal)
+	if err != nil {
+		return nil, append(errs, err)
+	}
+	errs = append(errs, db.resolveSpec(spec, cfg)...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return db, nil
+}
+
+func validateName(p *field.Path, name string) field.ErrorList {
+	var errs field.ErrorList
+	if len(name) > maxNameLength {
+		errs = append(errs, field.TooLong(p, name, maxNameLength))
+	}
+	if !namePattern.MatchString(name) {
+		errs = append(errs, field.Invalid(p, name, "must be lower case letters, digits and '-', starting with a letter and ending with a letter or digit"))
+	}
+	return errs
+}
+
+// decodeSpec decodes the spec strictly by type; a wrong type is reported at
+// its path. Unknown fields are allowed: Crossplane adds its own (spec.crossplane,
+// spec.claimRef, spec.resourceRefs ...).
+func decodeSpec(v *structpb.Value) (*databaseSpec, *field.Error) {
+	b, err := protojson.Marshal(v)
+	if err != nil {
+		return nil, field.InternalError(field.NewPath("spec"), err)
+	}
+	spec := &databaseSpec{}
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(spec); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			p := field.NewPath("spec")
+			for _, s := range strings.Split(te.Field, ".") {
+				p = p.Child(s)
+			}
+			return nil, field.Invalid(p, te.Value, "must be "+jsonKind(te.Type.Kind().String()))
+		}
+		return nil, field.Invalid(field.NewPath("spec"), string(b), err.Error())
+	}
+	return spec, nil
+}
+
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"):
+		return "an integer"
+	case k == "bool":
+		return "a boolean (true or false)"
+	case k == "string":
+		return "a string"
+	case k == "ptr" || k == "struct":
+		return "an object"
+	}
+	return "a " + k
+}
+
+func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+
+	v, err := parseVersion(spec.Child("version"), s.Version)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	db.Version = v
+
+	db.Size = s.Size
+	t, ok := cfg.Tiers[s.Size]
+	switch {
+	case s.Size == "":
+		errs = append(errs, field.Required(spec.Child("size"), "one of small, medium, large"))
+	case !ok:
+		errs = append(errs, field.NotSupported(spec.Child("size"), s.Size, sizes))
+	}
+	db.Tier = t
+
+	db.Storage = t.Storage
+	db.StorageClassName = cfg.StorageClassName
+	if st := s.Storage; st != nil {
+		if st.Size != "" {
+			q, e := positiveQuantity(spec.Child("storage", "size"), st.Size)
+			errs = append(errs, e...)
+			db.Storage = q
+		}
+		if st.StorageClassName != "" {
+			for _, m := range validation.IsDNS1123Subdomain(st.StorageClassName) {
+				errs = append(errs, field.Invalid(spec.Child("storage", "storageClassName"), st.StorageClassName, m))
+			}
+			db.StorageClassName = st.StorageClassName
+		}
+	}
+
+	db.Backup = backup{Schedule: defaultSchedule, Retention: defaultRetention, Storage: t.BackupStorage}
+	if b := s.Backup; b != nil {
+		bp := spec.Child("backup")
+		db.Backup.Enabled = b.Enabled
+		if b.Schedule != "" {
+			errs = append(errs, validateSchedule(bp.Child("schedule"), b.Schedule)...)
+			db.Backup.Schedule = b.Schedule
+		}
+		if b.Retention != nil {
+			if *b.Retention < 1 || *b.Retention > maxRetention {
+				errs = append(errs, field.Invalid(bp.Child("retention"), *b.Retention, fmt.Sprintf("must be between 1 and %d (backups kept)", maxRetention)))
+			}
+			db.Backup.Retention = *b.Retention
+		}
+		if b.Storage != "" {
+			q, e := positiveQuantity(bp.Child("storage"), b.Storage)
+			errs = append(errs, e...)
+			db.Backup.Storage = q
+		}
+	}
+
+	db.DeletionPolicy = deletionRetain
+	switch s.DeletionPolicy {
+	case "", deletionRetain:
+	case deletionDelete:
+		db.DeletionPolicy = deletionDelete
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("deletionPolicy"), s.DeletionPolicy, []string{deletionRetain, deletionDelete}))
+	}
+
+	if r := s.RestoreFrom; r != nil {
+		rp := spec.Child("restoreFrom")
+		rs := *r
+		if rs.Backup == "" {
+			rs.Backup = restoreLatest
+		}
+		switch {
+		case rs.Database == "":
+			errs = append(errs, field.Required(rp.Child("database"), "the name of a Database in the same namespace whose backups to restore"))
+		case rs.Database == db.Name:
+			errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
+		default:
+			errs = append(errs, validateName(rp.Child("database"), rs.Database)...)
+		}
+		if !backupPattern.MatchString(rs.Backup) {
+			errs = append(errs, field.Invalid(rp.Child("backup"), rs.Backup, "must be 'latest' or a backup file name (letters, digits, '.', '_', '-')"))
+		}
+		db.RestoreFrom = &rs
+	}
+	return errs
+}
+
+func parseVersion(p *field.Path, s string) (pgVersion, *field.Error) {
+	if s == "" {
+		return pgVersion{}, field.Required(p, fmt.Sprintf("a PostgreSQL major (%d to %d) or major.minor, e.g. \"16\" or \"16.4\"", minMajor, maxMajor))
+	}
+	m := versionPattern.FindStringSubmatch(s)
+	if m == nil {
+		return pgVersion{}, field.Invalid(p, s, "must be a PostgreSQL major or major.minor, e.g. \"16\" or \"16.4\"")
+	}
+	major, err := strconv.Atoi(m[1])
+	if err != nil || major < minMajor || major > maxMajor {
+		return pgVersion{}, field.NotSupported(p, s, []string{"14", "15", "16", "17", "18"})
+	}
+	return pgVersion{Major: major, Tag: s}, nil
+}
+
+// cronParser accepts what a Kubernetes CronJob accepts: five fields or a
+// descriptor such as @daily.
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+func validateSchedule(p *field.Path, s string) field.ErrorList {
+	// The CronJob API rejects time zones inside the schedule; it has a
+	// timeZone field instead.
+	if strings.Contains(s, "TZ=") {
+		return field.ErrorList{field.Invalid(p, s, "must not set a time zone (CRON_TZ/TZ): schedules run in the cluster's time zone")}
+	}
+	if strings.HasPrefix(s, "@every") {
+		return field.ErrorList{field.Invalid(p, s, "@every is not supported by CronJobs: use 5-field cron or @hourly/@daily/@weekly/@monthly/@yearly")}
+	}
+	if _, err := cronParser.Parse(s); err != nil {
+		return field.ErrorList{field.Invalid(p, s, "must be a 5-field cron schedule (minute hour day-of-month month day-of-week) or @hourly/@daily/@weekly/@monthly/@yearly: "+err.Error())}
+	}
+	return nil
+}
+
+func stringAt(s *structpb.Struct, path ...string) string {
+	if len(path) == 0 {
+		return ""
+	}
+	if p := structAt(s, path[:len(path)-1]...); p != nil {
+		return p.GetFields()[path[len(path)-1]].GetStringValue()
+	}
+	return ""
+}
+
+func structAt(s *structpb.Struct, path ...string) *structpb.Struct {
+	for _, k := range path {
+		if s == nil {
+			return nil
+		}
+		s = s.GetFields()[k].GetStructValue()
+	}
+	return s
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/crossplane/function-sdk-go/errors"
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/resource"
+	"github.com/crossplane/function-sdk-go/response"
+)
+
+// Function composes a PostgreSQL stack from a Database.
+type Function struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+
+	log logging.Logger
+	// password generates a new password; crypto/rand outside tests.
+	password func() string
+}
+
+// NewFunction returns the Function, logging to log.
+func NewFunction(log logging.Logger) *Function {
+	return &Function{log: log, password: newPassword}
+}
+
+// RunFunction composes the desired state of one Database. A bad request is
+// answered with a Fatal result, never a Go error, and a panic in a builder
+// becomes a Fatal result for that request instead of a dead server.
+func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) (rsp *fnv1.RunFunctionResponse, _ error) {
+	rsp = response.To(req, response.DefaultTTL)
+	defer func() {
+		if r := recover(); r != nil {
+			f.log.Info("Recovered from a panic composing a Database", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			rsp = response.To(req, response.DefaultTTL)
+			response.Fatal(rsp, errors.Errorf("internal error composing the Database (please report it): %v", r))
+		}
+	}()
+
+	xr := req.GetObserved().GetComposite().GetResource()
+	if xr == nil {
+		response.Fatal(rsp, errors.New("the request has no observed composite resource (the Database)"))
+		return rsp, nil
+	}
+	log := f.log.WithValues("xr-name", stringAt(xr, "metadata", "name"), "xr-namespace", stringAt(xr, "metadata", "namespace"))
+
+	cfg, errs := parseInput(req.GetInput())
+	if len(errs) > 0 {
+		response.Fatal(rsp, invalid("function input", errs))
+		return rsp, nil
+	}
+	db, errs := parseDatabase(xr, cfg)
+	if len(errs) > 0 {
+		response.Fatal(rsp, invalid("Database", errs))
+		return rsp, nil
+	}
+	o, err := readObserved(req.GetObserved().GetResources())
+	if err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composed resources"))
+		return rsp, nil
+	}
+
+	p := makePlan(db, o, f.password)
+	desired := compose(db, p)
+	if err := setDesired(rsp, desired, o, db.Tier.Replicas); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composed resources"))
+		return rsp, nil
+	}
+
+	stsReady := statefulSetReady(o.StatefulSet, db.Tier.Replicas)
+	if err := setStatus(rsp, xr, status(db, p, o, stsReady)); err != nil {
+		response.Fatal(rsp, errors.Wrap(err, "cannot set the Database's status"))
+		return rsp, nil
+	}
+	if db.Legacy {
+		setConnectionDetails(rsp, desired)
+	}
+	for _, c := range conditions(db, p, o) {
+		opt := newCondition(rsp, c)
+		opt.TargetCompositeAndClaim()
+	}
+	// A Warning only while a change is blocked; the SpecApplied condition is
+	// the durable signal.
+	for _, b := range p.Blocked {
+		response.Warning(rsp, errors.New(b.Message)).WithReason(b.Reason).TargetCompositeAndClaim()
+	}
+	log.Debug("Composed a Database", "resources", len(desired), "blocked", len(p.Blocked))
+	return rsp, nil
+}
+
+// invalid turns validation errors into one error naming every field.
+func invalid(what string, errs field.ErrorList) error {
+	msgs := make([]string, 0, len(errs))
+	for _, e := range errs {
+		msgs = append(msgs, e.Error())
+	}
+	return errors.Errorf("invalid %s: %s", what, strings.Join(msgs, "; "))
+}
+
+func newCondition(rsp *fnv1.RunFunctionResponse, c condition) *response.ConditionOption {
+	var opt *response.ConditionOption
+	switch c.Status {
+	case fnv1.Status_STATUS_CONDITION_TRUE:
+		opt = response.ConditionTrue(rsp, c.Type, c.Reason)
+	case fnv1.Status_STATUS_CONDITION_FALSE:
+		opt = response.ConditionFalse(rsp, c.Type, c.Reason)
+	default:
+		opt = response.ConditionUnknown(rsp, c.Type, c.Reason)
+	}
+	return opt.WithMessage(c.Message)
+}
+
+// setDesired adds the composed resources to the desired state the previous
+// pipeline steps left, each with the function's own readiness.
+func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o *observed, replicas int32) error {
+	if rsp.Desired == nil {
+		rsp.Desired = &fnv1.State{}
+	}
+	if rsp.Desired.Resources == nil {
+		rsp.Desired.Resources = make(map[string]*fnv1.Resource, len(desired))
+	}
+	for name, obj := range desired {
+		s, err := toStruct(obj)
+		if err != nil {
+			return errors.Wrapf(err, "cannot convert %q", name)
+		}
+		rsp.Desired.Resources[string(name)] = &fnv1.Resource{Resource: s, Ready: ready(name, o, replicas)}
+	}
+	return nil
+}
+
+// setStatus merges the Database's status into the desired XR, keeping what
+// earlier steps set.
+func setStatus(rsp *fnv1.RunFunctionResponse, observedXR *structpb.Struct, s dbStatus) error {
+	st, err := toStruct(&s)
+	if err != nil {
+		return err
+	}
+	if rsp.Desired.Composite == nil {
+		rsp.Desired.Composite = &fnv1.Resource{}
+	}
+	xr := rsp.Desired.Composite.Resource
+	if xr == nil {
+		xr = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"apiVersion": observedXR.GetFields()["apiVersion"],
+			"kind":       observedXR.GetFields()["kind"],
+		}}
+		rsp.Desired.Composite.Resource = xr
+	}
+	cur := xr.GetFields()["status"].GetStructValue()
+	if cur == nil {
+		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		xr.Fields["status"] = structpb.NewStructValue(cur)
+	}
+	for k, v := range st.GetFields() {
+		cur.Fields[k] = v
+	}
+	return nil
+}

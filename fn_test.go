@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// requestFromYAML reads a RunFunctionRequest written as YAML.
+func requestFromYAML(t testing.TB, y string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatalf("YAMLToJSON: %v", err)
+	}
+	req := &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal(j, req); err != nil {
+		t.Fatalf("protojson.Unmarshal: %v", err)
+	}
+	return req
+}
+
+func run(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	rsp, err := NewFunction(logging.NewNopLogger()).RunFunction(context.Background(), req)
+	if err != nil {
+		t.Fatalf("RunFunction returned a Go error: %v", err)
+	}
+	return rsp
+}
+
+// responseYAML renders a response as YAML with sorted keys, for golden files.
+func responseYAML(t testing.TB, rsp *fnv1.RunFunctionResponse) []byte {
+	t.Helper()
+	j, err := protojson.Marshal(rsp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := yaml.JSONToYAML(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("cannot read golden file (run go test -update): %v", err)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs from the golden file; run `go test -run %s -update` and review the diff:\n%s", path, t.Name(), lineDiff(string(want), string(got)))
+	}
+}

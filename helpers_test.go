@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// testFunction returns a Function whose passwords are predictable, so that
+// whole responses can be compared with golden files.
+func testFunction() *Function {
+	n := 0
+	f := NewFunction(logging.NewNopLogger())
+	f.password = func() string {
+		n++
+		return fmt.Sprintf("generated-password-%02d", n)
+	}
+	return f
+}
+
+func runTest(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	rsp, err := testFunction().RunFunction(t.Context(), req)
+	if err != nil {
+		t.Fatalf("RunFunction returned a Go error: %v", err)
+	}
+	return rsp
+}
+
+func readYAMLStruct(t testing.TB, path string) *structpb.Struct {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return yamlStruct(t, string(b))
+}
+
+func yamlStruct(t testing.TB, y string) *structpb.Struct {
+	t.Helper()
+	m := map[string]any{}
+	if err := yaml.Unmarshal([]byte(y), &m); err != nil {
+		t.Fatalf("cannot parse YAML: %v", err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// compositionInput returns the input of the first pipeline step of a
+// Composition file, or nil.
+func compositionInput(t testing.TB, path string) *structpb.Struct {
+	t.Helper()
+	c := readYAMLStruct(t, path)
+	steps := c.GetFields()["spec"].GetStructValue().GetFields()["pipeline"].GetListValue().GetValues()
+	if len(steps) == 0 {
+		t.Fatalf("%s has no pipeline steps", path)
+	}
+	return steps[0].GetStructValue().GetFields()["input"].GetStructValue()
+}
+
+// xrRequest is the request Crossplane sends for a new XR: the observed XR
+// and nothing composed yet.
+func xrRequest(xr, input *structpb.Struct) *fnv1.RunFunctionRequest {
+	return &fnv1.RunFunctionRequest{
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: xr}},
+		Input:    input,
+	}
+}
+
+// observedFrom plays the API server and the controllers: the desired
+// resources of rsp as Crossplane observes them once applied and running,
+// with server-side status, generation and the composition resource name
+// annotation Crossplane adds.
+func observedFrom(t testing.TB, rsp *fnv1.RunFunctionResponse, running bool) map[string]*fnv1.Resource {
+	t.Helper()
+	out := map[string]*fnv1.Resource{}
+	for name, r := range rsp.GetDesired().GetResources() {
+		m := proto.CloneOf(r.GetResource()).AsMap()
+		meta := m["metadata"].(map[string]any) //nolint:forcetypeassert // always set by the builders
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+		}
+		ann["crossplane.io/composition-resource-name"] = name
+		meta["annotations"] = ann
+		meta["generation"] = 1
+		meta["uid"] = "00000000-0000-0000-0000-" + fmt.Sprintf("%012d", len(name))
+		switch m["kind"] {
+		case "StatefulSet":
+			spec := m["spec"].(map[string]any) //nolint:forcetypeassert // always set by the builders
+			n := spec["replicas"]
+			st := map[string]any{"observedGeneration": 1, "replicas": n, "currentRevision": meta["name"].(string) + "-7c9d8f6b5d", "updateRevision": meta["name"].(string) + "-7c9d8f6b5d"}
+			if running {
+				st["readyReplicas"], st["currentReplicas"], st["updatedReplicas"], st["availableReplicas"] = n, n, n, n
+			}
+			m["status"] = st
+		case "CronJob":
+			if running {
+				m["status"] = map[string]any{"lastScheduleTime": "2026-11-28T02:00:00Z", "lastSuccessfulTime": "2026-11-28T02:03:12Z"}
+			}
+		case "Job":
+			if running {
+				m["status"] = map[string]any{"succeeded": 1, "conditions": []any{map[string]any{"type": "Complete", "status": "True"}}}
+			}
+		case "Service":
+			spec := m["spec"].(map[string]any) //nolint:forcetypeassert // always set by the builders
+			if spec["clusterIP"] == nil {
+				spec["clusterIP"] = "10.0.0." + fmt.Sprint(10+len(name))
+			}
+			spec["type"] = "ClusterIP"
+		}
+		s, err := structpb.NewStruct(normalise(m).(map[string]any)) //nolint:forcetypeassert // maps stay maps
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = &fnv1.Resource{Resource: s}
+	}
+	return out
+}
+
+// normalise turns ints into float64 as a JSON decoder would.
+func normalise(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalise(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalise(e)
+		}
+	case int:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	}
+	return v
+}
+
+// desiredOf returns a copy of rsp's desired composed resources.
+func desiredOf(rsp *fnv1.RunFunctionResponse) map[string]*fnv1.Resource {
+	out := map[string]*fnv1.Resource{}
+	for k, v := range rsp.GetDesired().GetResources() {
+		out[k] = proto.CloneOf(v)
+	}
+	return out
+}

@@ -1,0 +1,99 @@
+// Package v1beta1 contains the input type for function-database: the platform
+// team's knobs (size tiers, image, storage, network policy) set in the
+// Composition step.
+// +kubebuilder:object:generate=true
+// +groupName=database.fn.example.com
+// +versionName=v1beta1
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Input configures how function-database composes a Database. Every field is
+// optional: without input the built-in tiers (small, medium, large), the
+// official postgres image and a namespace-scoped NetworkPolicy are used.
+// +kubebuilder:object:root=true
+// +kubebuilder:storageversion
+// +kubebuilder:resource:categories=crossplane
+type Input struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Tiers overrides the built-in size tiers. Keys are the tier names a
+	// Database's spec.size accepts (small, medium, large); a field left empty
+	// keeps the built-in value of that tier.
+	// +optional
+	Tiers map[string]Tier `json:"tiers,omitempty"`
+
+	// Image is the PostgreSQL image repository. The tag is always the
+	// Database's spec.version, so an image is never floating.
+	// +kubebuilder:default="postgres"
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._/:-][a-z0-9]+)*$`
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// StorageClassName is the storage class of the data and backup volumes
+	// when a Database does not name one. Empty means the cluster default.
+	// +optional
+	StorageClassName string `json:"storageClassName,omitempty"`
+
+	// ClusterDomain is the cluster's DNS domain, used in endpoints and in the
+	// connection Secret's host.
+	// +kubebuilder:default="cluster.local"
+	// +optional
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+
+	// NetworkPolicy controls the NetworkPolicy composed beside each Database.
+	// +optional
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicy limits who can reach a Database's PostgreSQL port.
+type NetworkPolicy struct {
+	// Enabled composes a NetworkPolicy that admits connections to port 5432
+	// only from the Database's own namespace and AllowedNamespaces.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// AllowedNamespaces are other namespaces whose pods may connect.
+	// +listType=set
+	// +optional
+	AllowedNamespaces []string `json:"allowedNamespaces,omitempty"`
+}
+
+// Tier is what a size (small, medium, large) means: instance count, compute
+// and PostgreSQL settings.
+type Tier struct {
+	// Replicas is the number of PostgreSQL instances: one primary and
+	// Replicas-1 streaming hot standbys.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// CPU is the CPU request and limit of each instance, e.g. "500m".
+	// +optional
+	CPU string `json:"cpu,omitempty"`
+
+	// Memory is the memory request and limit of each instance, e.g. "1Gi".
+	// Requests equal limits so that PostgreSQL runs in the Guaranteed QoS
+	// class and is the last to be evicted.
+	// +optional
+	Memory string `json:"memory,omitempty"`
+
+	// Storage is the default data volume size of each instance.
+	// +optional
+	Storage string `json:"storage,omitempty"`
+
+	// BackupStorage is the default backup volume size.
+	// +optional
+	BackupStorage string `json:"backupStorage,omitempty"`
+
+	// Settings are postgresql.conf parameters for this tier, e.g.
+	// max_connections or shared_buffers. They are merged over the built-in
+	// settings of the tier.
+	// +optional
+	Settings map[string]string `json:"settings,omitempty"`
+}

@@ -1,0 +1,49 @@
+package main
+
+import "maps"
+
+// Recommended Kubernetes labels. The selector uses only name and instance,
+// which never change for a Database; component and version may.
+const (
+	labelName      = "app.kubernetes.io/name"
+	labelInstance  = "app.kubernetes.io/instance"
+	labelComponent = "app.kubernetes.io/component"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	labelPodName   = "statefulset.kubernetes.io/pod-name"
+
+	appName   = "postgresql"
+	managedBy = "function-database"
+
+	componentDatabase = "database"
+	componentBackup   = "backup"
+	componentRestore  = "restore"
+	componentConfig   = "config"
+	componentNetwork  = "network"
+)
+
+// selectorLabels select the PostgreSQL instances of one Database.
+func selectorLabels(db *database) map[string]string {
+	return map[string]string{labelName: appName, labelInstance: db.Name}
+}
+
+// labels are the labels of every object composed for a Database.
+func labels(db *database, component string) map[string]string {
+	l := selectorLabels(db)
+	l[labelComponent] = component
+	l[labelManagedBy] = managedBy
+	return l
+}
+
+// primaryLabels select ordinal 0, the primary, by the label the StatefulSet
+// controller puts on every pod.
+func primaryLabels(db *database) map[string]string {
+	l := selectorLabels(db)
+	l[labelPodName] = podName(db, 0)
+	return l
+}
+
+func with(m map[string]string, k, v string) map[string]string {
+	m = maps.Clone(m)
+	m[k] = v
+	return m
+}

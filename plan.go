@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Reasons of blocked changes: spec changes the function refuses to apply
+// because applying them would lose data or be rejected by the API server.
+const (
+	reasonMajorVersionChange = "MajorVersionChangeRefused"
+	reasonStorageShrink      = "StorageShrinkRefused"
+	reasonStorageGrow        = "StorageResizeUnsupported"
+	reasonStorageClass       = "StorageClassImmutable"
+	reasonBackupStorage      = "BackupStorageImmutable"
+	reasonRestoreAfterCreate = "RestoreOnlyAtCreation"
+
+	// annotationMajor records the PostgreSQL major on the StatefulSet, so the
+	// running major is read back without parsing image references.
+	annotationMajor = "database.example.com/postgres-major"
+	// keyInitialized in the scripts ConfigMap tells an ordinal-0 pod that
+	// finds an empty data directory that the database existed: it must not
+	// initdb a new, empty primary.
+	keyInitialized = "initialized"
+)
+
+// blocked is a spec change the function did not apply, and why.
+type blocked struct {
+	Reason, Message string
+}
+
+// plan is what the function decides from the spec and the observed state:
+// the safety rules of DESIGN §5 applied before any builder runs.
+type plan struct {
+	// Image is the PostgreSQL image the StatefulSet runs: spec.version, or
+	// the running one when a major change was refused.
+	Image string
+	Major int
+	// Templates are the StatefulSet's volume claim templates: from the spec
+	// at creation, then exactly the observed ones (the API server rejects a
+	// change, and a shrink would lose data).
+	Templates []corev1.PersistentVolumeClaim
+	// Initialized is true once the StatefulSet has been ready: the database
+	// exists and its data must never be replaced by an empty initdb.
+	Initialized bool
+	// Restore composes the restore Job: only at creation, or while it exists.
+	Restore   bool
+	Passwords passwords
+	Blocked   []blocked
+}
+
+func makePlan(db *database, o *observed, generate func() string) *plan {
+	p := &plan{Image: image(db), Major: db.Version.Major, Passwords: resolvePasswords(o, generate)}
+	p.Initialized = initialized(o)
+	sts := o.StatefulSet
+
+	if sts != nil {
+		if running, img, ok := runningMajor(sts); ok && running != db.Version.Major {
+			verb := "upgrade"
+			if db.Version.Major < running {
+				verb = "downgrade"
+			}
+			p.Image, p.Major = img, running
+			p.Blocked = append(p.Blocked, blocked{reasonMajorVersionChange, fmt.Sprintf(
+				"spec.version %s would %s PostgreSQL %d in place, which its data directory cannot follow; still running %s. To change major, create a new Database with spec.restoreFrom naming this one",
+				db.Version.Tag, verb, running, img)})
+		}
+	}
+
+	p.Templates = []corev1.PersistentVolumeClaim{
+		volumeClaimTemplate(volData, db.Storage, db.StorageClassName),
+		volumeClaimTemplate(volBackups, db.Backup.Storage, db.StorageClassName),
+	}
+	if sts != nil && len(sts.Spec.VolumeClaimTemplates) > 0 {
+		p.Templates = p.keepTemplates(db, sts.Spec.VolumeClaimTemplates)
+	}
+
+	if db.RestoreFrom != nil {
+		p.Restore = !p.Initialized || o.Restore != nil
+		if !p.Restore {
+			p.Blocked = append(p.Blocked, blocked{reasonRestoreAfterCreate, fmt.Sprintf(
+				"spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from %s", db.RestoreFrom.Database)})
+		}
+	}
+	return p
+}
+
+// keepTemplates rebuilds the observed volume claim templates with their
+// observed sizes and classes, and reports the spec changes they block.
+// Rebuilding (instead of copying) keeps server-filled defaults out of the
+// desired state.
+func (p *plan) keepTemplates(db *database, obs []corev1.PersistentVolumeClaim) []corev1.PersistentVolumeClaim {
+	out := make([]corev1.PersistentVolumeClaim, 0, len(obs))
+	for _, t := range obs {
+		size := t.Spec.Resources.Requests[corev1.ResourceStorage]
+		class := ""
+		if t.Spec.StorageClassName != nil {
+			class = *t.Spec.StorageClassName
+		}
+		out = append(out, volumeClaimTemplate(t.Name, size, class))
+		switch t.Name {
+		case volData:
+			if c := db.Storage.Cmp(size); c < 0 {
+				p.Blocked = append(p.Blocked, blocked{reasonStorageShrink, fmt.Sprintf(
+					"spec.storage.size %s is smaller than the data volumes' %s; volumes never shrink (data would be lost), keeping %s", db.Storage.String(), size.String(), size.String())})
+			} else if c > 0 {
+				p.Blocked = append(p.Blocked, blocked{reasonStorageGrow, fmt.Sprintf(
+					"spec.storage.size %s is larger than the data volumes' %s; growing volumes is not supported yet, keeping %s", db.Storage.String(), size.String(), size.String())})
+			}
+			if class != db.StorageClassName {
+				p.Blocked = append(p.Blocked, blocked{reasonStorageClass, fmt.Sprintf(
+					"storage class %q differs from the data volumes' %q, which is fixed at creation; keeping %q", db.StorageClassName, class, class)})
+			}
+		case volBackups:
+			if db.Backup.Storage.Cmp(size) != 0 {
+				p.Blocked = append(p.Blocked, blocked{reasonBackupStorage, fmt.Sprintf(
+					"spec.backup.storage %s differs from the backup volume's %s, which is fixed at creation; keeping %s", db.Backup.Storage.String(), size.String(), size.String())})
+			}
+		}
+	}
+	return out
+}
+
+// runningMajor reads the PostgreSQL major the observed StatefulSet runs, and
+// its image reference.
+func runningMajor(sts *appsv1.StatefulSet) (int, string, bool) {
+	img := ""
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name == containerPostgres {
+			img = c.Image
+		}
+	}
+	if img == "" {
+		return 0, "", false
+	}
+	if m, err := strconv.Atoi(sts.Annotations[annotationMajor]); err == nil {
+		return m, img, true
+	}
+	// Without the annotation, fall back to the image tag's major.
+	tag := img[strings.LastIndex(img, ":")+1:]
+	if m, err := strconv.Atoi(strings.SplitN(tag, ".", 2)[0]); err == nil {
+		return m, img, true
+	}
+	return 0, "", false
+}
+
+// initialized is sticky: once recorded in the scripts ConfigMap it stays, and
+// it is first recorded when the StatefulSet has had a ready instance. With
+// OrderedReady pods a ready instance means ordinal 0, the primary, has run
+// initdb and bootstrap.
+func initialized(o *observed) bool {
+	if o.Scripts != nil && o.Scripts.Data[keyInitialized] == "true" {
+		return true
+	}
+	return o.StatefulSet != nil && o.StatefulSet.Status.ReadyReplicas > 0
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# backup.sh: the backup CronJob's container.
+#
+# Writes one backup of database DB_NAME into BACKUP_DIR:
+#   $DATABASE-YYYYmmddTHHMMSSZ.dump         pg_dump -Fc
+#   $DATABASE-YYYYmmddTHHMMSSZ.globals.sql  pg_dumpall --globals-only (roles;
+#                                           no role passwords: the Secrets are
+#                                           the source of truth)
+#   $DATABASE-YYYYmmddTHHMMSSZ.sha256       checksums of both, written last
+# Everything is first written into a hidden temporary directory in BACKUP_DIR,
+# verified (pg_restore --list and a full read of the archive), fsynced,
+# checksummed, then renamed to the final names. Only after that is the
+# directory pruned: the BACKUP_RETENTION newest GOOD backups stay, everything
+# else of this Database goes (a backup that does not verify never counts and is
+# removed). Any failure exits non-zero, removes this run's files and leaves the
+# earlier backups untouched.
+#
+# Environment: PGHOST PGPORT PGUSER PGPASSWORD (libpq), DB_NAME, BACKUP_DIR,
+# BACKUP_RETENTION (>= 1), DATABASE (the Database's name, file prefix).
+set -Eeuo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+LOG_TAG=backup
+
+require_env PGHOST DB_NAME BACKUP_DIR BACKUP_RETENTION DATABASE
+require_int BACKUP_RETENTION 1
+[[ $DATABASE =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] || die "DATABASE '$DATABASE' is not a Kubernetes object name"
+[[ -d $BACKUP_DIR && -w $BACKUP_DIR ]] || die "BACKUP_DIR $BACKUP_DIR is not a writable directory"
+umask 077
+started=$SECONDS
+
+# One backup at a time per directory (the CronJob forbids concurrency, but a
+# Job created by hand from it does not).
+if command -v flock >/dev/null; then
+	exec 9>"$BACKUP_DIR/.backup.lock"
+	flock -n 9 || die "another backup is running in $BACKUP_DIR"
+fi
+
+# Temporary directories of runs that died (the lock is ours, so none is live).
+for stale in "$BACKUP_DIR"/.partial-*; do
+	[[ -e $stale ]] || continue
+	log "removing the leftovers of an interrupted run: ${stale##*/}"
+	rm -rf -- "$stale"
+done
+
+# A name sortable by time; never reuse an existing one.
+for _ in 1 2 3 4 5; do
+	base="$DATABASE-$(date -u +%Y%m%dT%H%M%SZ)"
+	[[ -e $BACKUP_DIR/$base.dump || -e $BACKUP_DIR/$base.globals.sql || -e $BACKUP_DIR/$base.sha256 ]] || break
+	sleep 1
+done
+[[ ! -e $BACKUP_DIR/$base.dump && ! -e $BACKUP_DIR/$base.globals.sql && ! -e $BACKUP_DIR/$base.sha256 ]] ||
+	die "backup name $base is taken"
+
+tmp="$BACKUP_DIR/.partial-$base"
+placed=()
+done_ok=0
+cleanup() {
+	if ((done_ok == 0)); then
+		rm -rf -- "$tmp"
+		local f
+		for f in "${placed[@]}"; do rm -f -- "$f"; done
+		log "FAILED after $((SECONDS - started))s: no new backup; earlier backups untouched"
+	fi
+}
+trap cleanup EXIT
+mkdir "$tmp"
+
+log "step 1/7 dump: pg_dump -Fc of database $DB_NAME from ${PGHOST}:${PGPORT:-5432} as $base"
+t=$SECONDS
+pg_dump --format=custom --no-password --dbname="$DB_NAME" --file="$tmp/$base.dump"
+log "step 1/7 dump: done in $((SECONDS - t))s, $(stat -c %s "$tmp/$base.dump") bytes"
+
+log "step 2/7 globals: pg_dumpall --globals-only"
+pg_dumpall --globals-only --no-role-passwords --no-password --file="$tmp/$base.globals.sql"
+log "step 2/7 globals: done, $(stat -c %s "$tmp/$base.globals.sql") bytes"
+
+log "step 3/7 verify: pg_restore --list and a full read of the archive"
+check_dump "$tmp/$base.dump" || die "the new dump does not verify"
+pg_restore --file=/dev/null "$tmp/$base.dump" || die "the new dump cannot be read in full"
+grep -q '^-- PostgreSQL database cluster dump complete' "$tmp/$base.globals.sql" || die "the globals dump is incomplete"
+log "step 3/7 verify: ok"
+
+log "step 4/7 checksum: sha256"
+dump_sum=$(sha256sum <"$tmp/$base.dump" | cut -d' ' -f1)
+globals_sum=$(sha256sum <"$tmp/$base.globals.sql" | cut -d' ' -f1)
+printf '%s  %s\n%s  %s\n' "$dump_sum" "$base.dump" "$globals_sum" "$base.globals.sql" >"$tmp/$base.sha256"
+log "step 4/7 checksum: dump sha256 $dump_sum"
+
+log "step 5/7 fsync"
+sync "$tmp/$base.dump" "$tmp/$base.globals.sql" "$tmp/$base.sha256" "$tmp"
+
+log "step 6/7 rename to the final names (checksum file last)"
+for ext in dump globals.sql sha256; do
+	placed+=("$BACKUP_DIR/$base.$ext")
+	mv -f -- "$tmp/$base.$ext" "$BACKUP_DIR/$base.$ext"
+done
+rmdir -- "$tmp"
+sync "$BACKUP_DIR"
+verify_backup "$BACKUP_DIR" "$base" || die "the new backup does not verify after the rename"
+done_ok=1
+
+log "step 7/7 prune: keep the $BACKUP_RETENTION newest good backups of $DATABASE"
+good=0
+kept=()
+while IFS= read -r b; do
+	[[ -n $b ]] || continue
+	if ((good >= BACKUP_RETENTION)); then
+		rm -f -- "$BACKUP_DIR/$b.sha256" "$BACKUP_DIR/$b.dump" "$BACKUP_DIR/$b.globals.sql"
+		log "step 7/7 prune: removed $b"
+	elif verify_backup "$BACKUP_DIR" "$b"; then
+		good=$((good + 1))
+		kept+=("$b")
+	else
+		# Useless for a restore, and it would hold space meant for good ones.
+		rm -f -- "$BACKUP_DIR/$b.sha256" "$BACKUP_DIR/$b.dump" "$BACKUP_DIR/$b.globals.sql"
+		log "step 7/7 prune: removed $b: not a good backup (never counted)"
+	fi
+done < <(list_backups "$BACKUP_DIR" "$DATABASE")
+sync "$BACKUP_DIR"
+log "step 7/7 prune: $good good backups kept: ${kept[*]}"
+
+log "backup $base completed in $((SECONDS - started))s"

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# entrypoint.sh: command of the postgres container of every StatefulSet pod.
+#
+# Ordinal 0 is the primary: bootstraps an empty data directory once (initdb,
+# roles, database, pg_hba), unless the Database has been initialised before
+# ($SCRIPTS_DIR/initialized says true): then an empty data directory means
+# lost data, and the pod holds (unready, alive) instead of serving an empty
+# primary. Ordinals >= 1 are hot standbys cloned from the primary with
+# pg_basebackup through a physical slot per pod; a completed clone is never
+# cloned again, a half-finished one (no completion marker) is wiped and redone.
+# Every path ends in `exec postgres` in the foreground.
+#
+# Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
+# APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
+# PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
+# (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none).
+set -Eeuo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+LOG_TAG=entrypoint
+
+require_env POD_NAME PGDATA PGPORT PGHOST DB_NAME APP_USER SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR
+PRIMARY_HOST=${PRIMARY_HOST:-}
+require_int PGPORT 1
+PRIMARY_PORT=${PRIMARY_PORT:-5432}
+require_int PRIMARY_PORT 1
+RETRY_INTERVAL=${RETRY_INTERVAL:-5}
+require_int RETRY_INTERVAL 1
+[[ $PGHOST == /* ]] || die "PGHOST must be the socket directory (an absolute path), got '$PGHOST'"
+
+BOOTSTRAP_MARKER="$PGDATA/database.bootstrapped"
+CLONE_MARKER="$PGDATA/database.cloned"
+
+ordinal=$(pod_ordinal)
+superuser=''
+read_file_into superuser "$ADMIN_SECRET_DIR/username" || die "superuser name missing"
+
+# sleep_interruptibly SECONDS: sleep that lets the TERM trap run at once.
+sleep_interruptibly() {
+	sleep "$1" &
+	wait $! || true
+}
+
+trap 'log "terminated"; exit 0' TERM INT
+
+# hold REASON...: stay up without postgres: unready (probe.sh ready fails),
+# alive (probe.sh live succeeds), until the pod is deleted or restarted.
+hold() {
+	set_state hold
+	log "HOLDING, not starting postgres: $*"
+	log "the pod stays unready; probe.sh live keeps succeeding so it is not restarted in a loop"
+	while :; do
+		sleep_interruptibly 600
+		log "still holding: $*"
+	done
+}
+
+# write_config: the files this script owns in PGDATA, rewritten at every start
+# so that fixes roll out with the scripts: pg_hba.conf, pg_ident.conf,
+# database.conf (included at the end of postgresql.conf; it includes the
+# function's tier settings $SCRIPTS_DIR/postgresql.conf last, so they win).
+write_config() {
+	local os_user repl
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || die "replication user name missing"
+	os_user=$(id -un 2>/dev/null) || die "the uid $(id -u) has no user name: peer authentication on the socket needs one"
+	{
+		echo "# Written by entrypoint.sh at every start; edits are lost."
+		echo "# TYPE  DATABASE     USER  ADDRESS  METHOD"
+		echo "local   all          $(hba_quote "$superuser")  peer map=superuser"
+		echo "host    replication  $(hba_quote "$repl")  all  scram-sha-256"
+		echo "host    $(hba_quote "$DB_NAME")  $(hba_quote "$APP_USER")  all  scram-sha-256"
+		echo "host    all          $(hba_quote "$superuser")  all  scram-sha-256"
+	} >"$PGDATA/pg_hba.conf.tmp"
+	mv -f "$PGDATA/pg_hba.conf.tmp" "$PGDATA/pg_hba.conf"
+	{
+		echo "# Written by entrypoint.sh at every start; edits are lost."
+		echo "# MAPNAME    SYSTEM-USERNAME  PG-USERNAME"
+		echo "superuser    $(hba_quote "$os_user")  $(hba_quote "$superuser")"
+	} >"$PGDATA/pg_ident.conf.tmp"
+	mv -f "$PGDATA/pg_ident.conf.tmp" "$PGDATA/pg_ident.conf"
+	{
+		echo "# Written by entrypoint.sh at every start; edits are lost."
+		echo "listen_addresses = '*'"
+		echo "port = $PGPORT"
+		echo "unix_socket_directories = $(conf_quote "$PGHOST")"
+		echo "cluster_name = $(conf_quote "$POD_NAME")"
+		echo "password_encryption = 'scram-sha-256'"
+		echo "wal_level = replica"
+		echo "max_wal_senders = 10"
+		echo "max_replication_slots = 10"
+		echo "wal_keep_size = '256MB'"
+		echo "# An abandoned slot (e.g. a standby scaled away) must not fill the primary's disk."
+		echo "max_slot_wal_keep_size = '2GB'"
+		echo "hot_standby = on"
+		echo "# Tier settings from the function, last so that they win."
+		echo "include_if_exists = $(conf_quote "$SCRIPTS_DIR/postgresql.conf")"
+	} >"$PGDATA/database.conf.tmp"
+	mv -f "$PGDATA/database.conf.tmp" "$PGDATA/database.conf"
+	if ! grep -qxF "include = 'database.conf'" "$PGDATA/postgresql.conf"; then
+		printf '\n# function-database settings (managed)\ninclude = '\''database.conf'\''\n' >>"$PGDATA/postgresql.conf"
+	fi
+}
+
+# check_version: a data directory of another major version is never started
+# (postgres would refuse and the pod would crash-loop): hold and say why.
+check_version() {
+	local data_version binary_version
+	[[ -f $PGDATA/PG_VERSION ]] || return 0
+	data_version=$(<"$PGDATA/PG_VERSION")
+	binary_version=$(pg_major)
+	[[ $data_version == "$binary_version" ]] ||
+		hold "data directory $PGDATA is PostgreSQL $data_version but this image runs PostgreSQL $binary_version;" \
+			"an in-place major upgrade is not supported: create a new Database with spec.restoreFrom"
+}
+
+start_postgres() {
+	set_state running
+	log "starting postgres ($1) on port $PGPORT, socket dir $PGHOST"
+	exec postgres -D "$PGDATA"
+}
+
+# bootstrap_sql: the SQL that creates the roles and the database. Passwords
+# travel as psql variables on stdin, never as arguments.
+bootstrap_sql() {
+	local su_pw repl repl_pw app_pw
+	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
+	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	psql_set su "$superuser"
+	psql_set su_pw "$su_pw"
+	psql_set repl "$repl"
+	psql_set repl_pw "$repl_pw"
+	psql_set app "$APP_USER"
+	psql_set app_pw "$app_pw"
+	psql_set db "$DB_NAME"
+	cat <<-'SQL'
+		SET log_statement = 'none';
+		SET log_min_error_statement = 'panic';
+		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
+		CREATE ROLE :"repl" WITH LOGIN REPLICATION PASSWORD :'repl_pw';
+		CREATE ROLE :"app" WITH LOGIN PASSWORD :'app_pw';
+		CREATE DATABASE :"db" OWNER :"app";
+		REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
+		GRANT ALL ON DATABASE :"db" TO :"app";
+		\connect :"db"
+		ALTER SCHEMA public OWNER TO :"app";
+	SQL
+}
+
+init_primary() {
+	local started=$SECONDS
+	set_state initializing
+	log "initialising a new primary in $PGDATA"
+	wipe_dir "$PGDATA"
+	initdb -D "$PGDATA" -U "$superuser" --auth-local=peer --auth-host=scram-sha-256 \
+		--data-checksums --encoding=UTF8 --locale=C.UTF-8 >&2
+	write_config
+	# A temporary server on the socket only; stopped again on any failure.
+	trap 'pg_ctl -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
+	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses=''" start >&2
+	bootstrap_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres >&2
+	pg_ctl -D "$PGDATA" -m fast -w -t 120 stop >&2
+	trap - EXIT
+	date -u +%Y-%m-%dT%H:%M:%SZ >"$BOOTSTRAP_MARKER"
+	sync "$BOOTSTRAP_MARKER" "$PGDATA"
+	log "primary bootstrapped in $((SECONDS - started))s: database $DB_NAME owned by $APP_USER, replication role, superuser $superuser"
+}
+
+primary() {
+	local initialized=''
+	if [[ -r $SCRIPTS_DIR/initialized ]]; then
+		initialized=$(<"$SCRIPTS_DIR/initialized")
+		initialized=${initialized//[[:space:]]/}
+	fi
+	if dir_is_empty "$PGDATA"; then
+		if [[ $initialized == true ]]; then
+			hold "data directory $PGDATA is empty but this Database was initialised before ($SCRIPTS_DIR/initialized is true);" \
+				"refusing to initdb an empty primary over lost data. Restore the data volume (or restore from a backup" \
+				"into a new Database), then delete this pod"
+		fi
+		init_primary
+	elif [[ ! -f $BOOTSTRAP_MARKER ]]; then
+		if [[ $initialized == true ]]; then
+			hold "data directory $PGDATA has no bootstrap marker ($BOOTSTRAP_MARKER) but this Database was initialised before;" \
+				"not touching it: inspect the volume, then delete this pod"
+		fi
+		log "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER): starting over"
+		init_primary
+	else
+		check_version
+		[[ ! -f $PGDATA/standby.signal ]] || hold "ordinal 0 found standby.signal in $PGDATA: not promoting a standby by accident"
+		write_config
+	fi
+	start_postgres primary
+}
+
+# replication_conninfo: libpq connection string to the primary's replication
+# endpoint; the password comes from a 0600 passfile, never an argument.
+replication_conninfo() {
+	local repl
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+	printf 'host=%s port=%s user=%s passfile=%s application_name=%s connect_timeout=10\n' \
+		"$(conninfo_quote "$PRIMARY_HOST")" "$PRIMARY_PORT" "$(conninfo_quote "$repl")" \
+		"$(conninfo_quote "$(replication_passfile)")" "$(conninfo_quote "$POD_NAME")"
+}
+
+refresh_passfile() {
+	local repl repl_pw
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
+	write_passfile "$(replication_passfile)" "$repl" "$repl_pw"
+}
+
+# clone_once: one attempt at a fresh clone; 0 when PGDATA is complete.
+clone_once() {
+	local conninfo slot started=$SECONDS size
+	local -a rate=()
+	[[ -z ${CLONE_MAX_RATE:-} ]] || rate=(--max-rate="$CLONE_MAX_RATE")
+	slot=$(slot_name)
+	wipe_dir "$PGDATA"
+	refresh_passfile || return 1
+	conninfo=$(replication_conninfo) || return 1
+	if ! pg_isready -q -t 5 -d "$conninfo replication=true"; then
+		log "primary $PRIMARY_HOST:$PRIMARY_PORT is not accepting connections yet"
+		return 1
+	fi
+	# A slot left by an earlier clone of this pod holds WAL from the past:
+	# drop it (it may not exist) and create it fresh.
+	pg_receivewal --drop-slot --slot="$slot" --dbname="$conninfo" --no-password >/dev/null 2>&1 || true
+	pg_receivewal --create-slot --if-not-exists --slot="$slot" --dbname="$conninfo" --no-password >&2 || {
+		log "could not create replication slot $slot on the primary"
+		return 1
+	}
+	log "cloning the primary $PRIMARY_HOST:$PRIMARY_PORT into $PGDATA (slot $slot)"
+	pg_basebackup --pgdata="$PGDATA" --dbname="$conninfo" --wal-method=stream --write-recovery-conf \
+		--slot="$slot" --checkpoint=fast --no-password "${rate[@]}" >&2 || {
+		log "pg_basebackup failed"
+		return 1
+	}
+	date -u +%Y-%m-%dT%H:%M:%SZ >"$CLONE_MARKER"
+	sync "$CLONE_MARKER" "$PGDATA"
+	size=$(du -sm "$PGDATA" | cut -f1)
+	log "clone completed in $((SECONDS - started))s (${size} MB)"
+}
+
+standby() {
+	require_env PRIMARY_HOST
+	if [[ -f $CLONE_MARKER ]]; then
+		log "data directory $PGDATA holds a completed clone: starting it, not cloning again"
+		check_version
+	else
+		set_state cloning
+		if ! dir_is_empty "$PGDATA"; then
+			log "data directory $PGDATA holds an unfinished clone (no $CLONE_MARKER): wiping it and cloning again"
+		fi
+		until clone_once; do
+			log "clone attempt failed; retrying in ${RETRY_INTERVAL}s"
+			sleep_interruptibly "$RETRY_INTERVAL"
+		done
+	fi
+	refresh_passfile || die "cannot write the replication passfile"
+	# Never start a standby's data as a primary.
+	[[ -f $PGDATA/standby.signal ]] || : >"$PGDATA/standby.signal"
+	write_config
+	start_postgres "standby of $PRIMARY_HOST:$PRIMARY_PORT"
+}
+
+if ((ordinal == 0)); then
+	primary
+else
+	standby
+fi

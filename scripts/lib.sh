@@ -1,0 +1,240 @@
+# shellcheck shell=bash
+# Shared helpers for the function-database scripts. Sourced (never run) by the
+# other scripts from their own directory:
+#
+#   . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+#
+# Nothing here prints a password or passes one as a process argument: secrets
+# are read with bash builtins and written to pipes or 0600 files only.
+
+# log MESSAGE...: one line on stderr, UTC timestamp and the script's tag.
+log() {
+	printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${LOG_TAG:-database}" "$*" >&2
+}
+
+# die MESSAGE...: log and exit 1.
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# require_env NAME...: every named variable must be set and non-empty.
+require_env() {
+	local name
+	for name in "$@"; do
+		[[ -n ${!name:-} ]] || die "environment variable $name must be set"
+	done
+}
+
+# require_int NAME MIN: the named variable must be an integer >= MIN.
+require_int() {
+	local name=$1 min=$2 value=${!1:-}
+	if [[ ! $value =~ ^[0-9]+$ ]] || ((10#$value < min)); then
+		die "environment variable $name must be an integer >= $min (got '$value')"
+	fi
+}
+
+# read_file_into VAR PATH: the file's content (trailing newlines stripped) into
+# VAR, with builtins only. Fails (1) if the file is missing or empty.
+read_file_into() {
+	local -n _out=$1
+	local _path=$2 _content
+	[[ -r $_path ]] || {
+		log "cannot read $_path"
+		return 1
+	}
+	_content=$(<"$_path")
+	[[ -n $_content ]] || {
+		log "$_path is empty"
+		return 1
+	}
+	_out=$_content
+}
+
+# pod_ordinal: the StatefulSet ordinal of POD_NAME (text after the last '-').
+pod_ordinal() {
+	local ordinal=${POD_NAME##*-}
+	[[ $POD_NAME == *-* && $ordinal =~ ^[0-9]+$ ]] || die "POD_NAME '$POD_NAME' does not end in -<ordinal>"
+	printf '%d\n' "$((10#$ordinal))"
+}
+
+# slot_name: the physical replication slot of this pod (POD_NAME, '-' and any
+# other character not allowed in a slot name turned into '_', lower case).
+slot_name() {
+	local name=${POD_NAME,,}
+	printf '%s\n' "${name//[^a-z0-9_]/_}"
+}
+
+# State of the postgres container, read by probe.sh: initializing (initdb and
+# bootstrap), cloning (standby waiting for / copying the primary), hold
+# (deliberately not serving), running (postgres exec'd).
+STATE_DIR=${STATE_DIR:-/tmp}
+STATE_FILE="$STATE_DIR/database-state"
+HOLD_FILE="$STATE_DIR/database-hold"
+
+set_state() {
+	mkdir -p "$STATE_DIR"
+	printf '%s\n' "$1" >"$STATE_FILE.tmp"
+	mv -f "$STATE_FILE.tmp" "$STATE_FILE"
+	if [[ $1 == hold ]]; then
+		: >"$HOLD_FILE"
+	else
+		rm -f "$HOLD_FILE"
+	fi
+}
+
+get_state() {
+	local state=none
+	[[ -r $STATE_FILE ]] && state=$(<"$STATE_FILE")
+	printf '%s\n' "${state:-none}"
+}
+
+# psql_set NAME VALUE: a psql meta-command line "\set NAME 'VALUE'" with VALUE
+# quoted for psql (backslash escapes, single quote doubled); meant for psql's
+# stdin, then used in SQL as :'NAME' (literal) or :"NAME" (identifier).
+psql_set() {
+	local value=$2
+	value=${value//\\/\\\\}
+	value=${value//\'/\'\'}
+	value=${value//$'\n'/\\n}
+	value=${value//$'\r'/\\r}
+	value=${value//$'\t'/\\t}
+	printf '\\set %s '\''%s'\''\n' "$1" "$value"
+}
+
+# conninfo_quote VALUE: VALUE as a libpq connection string value.
+conninfo_quote() {
+	local value=$1
+	value=${value//\\/\\\\}
+	value=${value//\'/\\\'}
+	printf "'%s'" "$value"
+}
+
+# conf_quote VALUE: VALUE as a postgresql.conf / pg_hba string.
+conf_quote() {
+	printf "'%s'" "${1//\'/\'\'}"
+}
+
+# hba_quote NAME: a role or database name for pg_hba.conf / pg_ident.conf.
+hba_quote() {
+	printf '"%s"' "${1//\"/\"\"}"
+}
+
+# write_passfile PATH USER PASSWORD: a one-line 0600 libpq password file for
+# USER on any host, replaced atomically.
+write_passfile() {
+	local path=$1 user=$2 password=$3 tmp
+	local esc_user=${user//\\/\\\\} esc_pw=${password//\\/\\\\}
+	esc_user=${esc_user//:/\\:}
+	esc_pw=${esc_pw//:/\\:}
+	tmp="$path.tmp"
+	(
+		umask 077
+		printf '*:*:*:%s:%s\n' "$esc_user" "$esc_pw" >"$tmp"
+	)
+	mv -f "$tmp" "$path"
+}
+
+# replication_passfile: where a standby keeps the replication password for its
+# walreceiver (next to PGDATA on the data volume, so it survives restarts and
+# never travels inside a base backup).
+replication_passfile() {
+	printf '%s/replication.pgpass\n' "$(dirname "$PGDATA")"
+}
+
+# pg_major: the major version of the postgres binary in PATH.
+pg_major() {
+	local version
+	version=$(postgres -V)
+	[[ $version =~ \(PostgreSQL\)\ ([0-9]+) ]] || die "cannot parse postgres version '$version'"
+	printf '%s\n' "${BASH_REMATCH[1]}"
+}
+
+# dir_is_empty DIR: true if DIR does not exist or has no entries.
+dir_is_empty() {
+	[[ ! -d $1 ]] && return 0
+	local entries
+	entries=$(find "$1" -mindepth 1 -maxdepth 1 -print -quit)
+	[[ -z $entries ]]
+}
+
+# wipe_dir DIR: remove DIR's content (not DIR itself), leave it 0700.
+wipe_dir() {
+	mkdir -p "$1"
+	find "$1" -mindepth 1 -delete
+	chmod 0700 "$1"
+}
+
+# --- backups -----------------------------------------------------------------
+# A backup of Database D taken at T (UTC, YYYYmmddTHHMMSSZ) is three files in
+# one directory:
+#   D-T.dump         pg_dump -Fc of the database
+#   D-T.globals.sql  pg_dumpall --globals-only --no-role-passwords
+#   D-T.sha256       sha256sum lines for both, written last (completion mark)
+# A backup is good when all three exist and both checksums verify.
+
+BACKUP_STAMP_RE='^[0-9]{8}T[0-9]{6}Z$'
+
+# list_backups DIR PREFIX: backup base names (D-T) of Database PREFIX in DIR,
+# newest first. With an empty PREFIX: of any Database.
+list_backups() {
+	local dir=$1 prefix=$2 path file base stamp
+	local -A seen=()
+	for path in "$dir"/*.dump "$dir"/*.globals.sql "$dir"/*.sha256; do
+		[[ -e $path ]] || continue
+		file=${path##*/}
+		base=${file%.dump}
+		base=${base%.globals.sql}
+		base=${base%.sha256}
+		[[ $base == *-* ]] || continue
+		stamp=${base##*-}
+		[[ $stamp =~ $BACKUP_STAMP_RE ]] || continue
+		if [[ -n $prefix ]]; then
+			[[ ${base%-*} == "$prefix" ]] || continue
+		fi
+		seen[$base]=1
+	done
+	((${#seen[@]})) || return 0
+	# Sort by stamp (newest first), then name.
+	for base in "${!seen[@]}"; do
+		printf '%s %s\n' "${base##*-}" "$base"
+	done | sort -r | cut -d' ' -f2
+}
+
+# verify_backup DIR BASE: 0 if BASE is a good backup; otherwise logs why and
+# returns 1. Does not read the dump with pg_restore (see check_dump).
+verify_backup() {
+	local dir=$1 base=$2 ext line n=0
+	for ext in dump globals.sql sha256; do
+		[[ -f $dir/$base.$ext ]] || {
+			log "backup $base: $base.$ext is missing"
+			return 1
+		}
+	done
+	# The checksum file must cover exactly the dump and the globals.
+	while IFS= read -r line; do
+		case $line in
+		*"  $base.dump" | *"  $base.globals.sql") n=$((n + 1)) ;;
+		*)
+			log "backup $base: unexpected line in $base.sha256"
+			return 1
+			;;
+		esac
+	done <"$dir/$base.sha256"
+	((n == 2)) || {
+		log "backup $base: $base.sha256 does not list both files"
+		return 1
+	}
+	(cd "$dir" && sha256sum --check --strict --quiet "$base.sha256" >/dev/null 2>&1) || {
+		log "backup $base: checksum mismatch (truncated or corrupted)"
+		return 1
+	}
+}
+
+# check_dump FILE: pg_restore can read the archive's table of contents.
+check_dump() {
+	pg_restore --list "$1" >/dev/null || {
+		log "$1: pg_restore --list failed"
+		return 1
+	}
+}

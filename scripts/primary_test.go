@@ -1,0 +1,245 @@
+package scripts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestPrimary: bootstrap of the primary by entrypoint.sh, password sync by
+// sync-passwords.sh, restarts, and the hold of an initialised Database whose
+// data directory is gone.
+func TestPrimary(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	c := newCluster(t, tl, root, "shop-db")
+	p := c.instance(0)
+
+	// A killed initdb left a half data directory; no `initialized` yet: the
+	// primary starts over.
+	tl.mkdir(t, p.pgdata)
+	writeFile(t, filepath.Join(p.pgdata, "PG_VERSION"), "15\n")
+	tl.mkdir(t, filepath.Join(p.pgdata, "base"))
+
+	start := time.Now()
+	p.start()
+	p.waitReady(120 * time.Second)
+	t.Logf("primary bootstrap (initdb + roles + database) ready in %v", time.Since(start).Round(time.Millisecond))
+	if got := p.lastLog(); !strings.Contains(got, "unfinished bootstrap") {
+		t.Errorf("entrypoint log does not say it started over an unfinished bootstrap:\n%s", tail(got, 20))
+	}
+	if err := p.probe("live"); err != nil {
+		t.Errorf("live probe of a running primary: %v", err)
+	}
+
+	sync := startSidecar(t, c, p)
+
+	t.Run("bootstrap", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, db, sql, want string
+		}{
+			{"data checksums", "postgres", "SHOW data_checksums", "on"},
+			{"tier settings included last", "postgres", "SHOW max_connections", "40"},
+			{"wal_level", "postgres", "SHOW wal_level", "replica"},
+			{"hot_standby", "postgres", "SHOW hot_standby", "on"},
+			{"listen (tier override)", "postgres", "SHOW listen_addresses", "127.0.0.1"},
+			{"scram passwords", "postgres", "SELECT string_agg(rolname||'='||(rolpassword LIKE 'SCRAM-SHA-256$%')::text, ',' ORDER BY rolname) FROM pg_authid WHERE rolname IN ('postgres','replicator','shop_db')", "postgres=true,replicator=true,shop_db=true"},
+			{"replication role", "postgres", "SELECT rolreplication AND NOT rolsuper FROM pg_roles WHERE rolname = 'replicator'", "t"},
+			{"app role not superuser", "postgres", "SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = 'shop_db'", "f"},
+			{"app owns the database", "postgres", "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'shop_db'", "shop_db"},
+			{"nothing trust", "postgres", "SELECT count(*) FROM pg_hba_file_rules WHERE auth_method IN ('trust','password','md5') OR error IS NOT NULL", "0"},
+			{"remote is scram", "postgres", "SELECT string_agg(DISTINCT auth_method, ',') FROM pg_hba_file_rules WHERE type = 'host'", "scram-sha-256"},
+			{"socket only for the superuser", "postgres", "SELECT string_agg(array_to_string(user_name, ',')||':'||auth_method, ';') FROM pg_hba_file_rules WHERE type = 'local'", "postgres:peer"},
+		} {
+			if got := c.superSQL(p, tc.db, tc.sql); got != tc.want {
+				t.Errorf("%s: %s = %q, want %q", tc.name, tc.sql, got, tc.want)
+			}
+		}
+		c.appSQL(p, "CREATE TABLE notes(id int primary key, body text); INSERT INTO notes VALUES (1, 'kept')")
+		for _, tc := range []struct {
+			name, user, password, db, wantErr string
+		}{
+			{"app to another database", c.app, appPassword, "postgres", "no pg_hba.conf entry"},
+			{"replication role as a normal login", c.repl, replPassword, c.db, "no pg_hba.conf entry"},
+			{"superuser, wrong password", c.su, "wrong", "postgres", "password authentication failed"},
+			{"app, wrong password", c.app, "wrong", c.db, "password authentication failed"},
+		} {
+			_, err := c.psql(p.port, tc.user, tc.password, tc.db, "SELECT 1")
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.wantErr)
+			}
+		}
+	})
+
+	t.Run("password sync", func(t *testing.T) {
+		waitFor(t, 30*time.Second, "sidecar applied the passwords once", func() error {
+			return containsErr(sync.log(), "passwords applied")
+		})
+		for _, tc := range []struct {
+			secret, key, user, db, newPassword string
+		}{
+			{"app", "password", c.app, c.db, `n3w'app:pa\ss$(x)`},
+			{"superuser", "password", c.su, "postgres", `n3w'super:pa\ss "x"`},
+		} {
+			old := c.secret(tc.secret, tc.key)
+			c.setSecret(tc.secret, tc.key, tc.newPassword)
+			took := waitFor(t, 30*time.Second, tc.user+" logs in with the new password", func() error {
+				_, err := c.psql(p.port, tc.user, tc.newPassword, tc.db, "SELECT 1")
+				return err
+			})
+			t.Logf("timing: %s password rotated: new one accepted %v after the secret file changed", tc.user, took.Round(time.Millisecond))
+			if _, err := c.psql(p.port, tc.user, old, tc.db, "SELECT 1"); err == nil || !strings.Contains(err.Error(), "password authentication failed") {
+				t.Errorf("%s: old password: got %v, want refused", tc.user, err)
+			}
+		}
+		if got := c.appSQL(p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
+			t.Errorf("data after password change: %q", got)
+		}
+		logs := sync.log() + p.logs()
+		for _, pw := range []string{appPassword, suPassword, replPassword, c.secret("app", "password"), c.secret("superuser", "password")} {
+			if strings.Contains(logs, pw) {
+				t.Errorf("a password appears in the logs")
+			}
+		}
+	})
+
+	t.Run("restart keeps data once initialized", func(t *testing.T) {
+		writeFile(t, filepath.Join(c.scripts, "initialized"), "true\n")
+		p.stop()
+		if err := p.probe("live"); err == nil {
+			t.Errorf("live probe succeeded with postgres down and nothing held")
+		}
+		p.start()
+		p.waitReady(60 * time.Second)
+		if got := c.appSQL(p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
+			t.Errorf("data after restart: %q", got)
+		}
+		if strings.Contains(p.lastLog(), "initialising") {
+			t.Errorf("restart ran initdb:\n%s", tail(p.lastLog(), 20))
+		}
+	})
+
+	t.Run("empty data directory after initialized holds", func(t *testing.T) {
+		p.stop()
+		if err := os.RemoveAll(p.pgdata); err != nil {
+			t.Fatal(err)
+		}
+		p.start()
+		waitFor(t, 30*time.Second, "hold", func() error { return containsErr(p.lastLog(), "HOLDING") })
+		// Give it time to do something wrong.
+		time.Sleep(2 * time.Second)
+		if !p.running() {
+			t.Fatalf("held pod exited: %v\n%s", p.err, p.lastLog())
+		}
+		if err := p.probe("ready"); err == nil {
+			t.Errorf("ready probe succeeded while holding")
+		}
+		if err := p.probe("live"); err != nil {
+			t.Errorf("live probe failed while holding: %v", err)
+		}
+		if !dirIsEmpty(p.pgdata) {
+			t.Errorf("held primary wrote into its data directory")
+		}
+		if _, err := os.Stat(filepath.Join(p.state, "database-hold")); err != nil {
+			t.Errorf("no hold marker: %v", err)
+		}
+		for _, want := range []string{"is empty but this Database was initialised before", "refusing to initdb"} {
+			if !strings.Contains(p.lastLog(), want) {
+				t.Errorf("hold log lacks %q:\n%s", want, p.lastLog())
+			}
+		}
+		p.signal(syscall.SIGTERM)
+		if err := p.waitExit(10 * time.Second); err != nil {
+			t.Errorf("held pod ignores SIGTERM: %v", err)
+		}
+	})
+
+	t.Run("other holds", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			setup func(pgdata string)
+			want  string
+		}{
+			{"unfinished bootstrap after initialized", func(pgdata string) {
+				writeFile(t, filepath.Join(pgdata, "PG_VERSION"), "15\n")
+			}, "has no bootstrap marker"},
+			{"other major version", func(pgdata string) {
+				writeFile(t, filepath.Join(pgdata, "PG_VERSION"), "9\n")
+				writeFile(t, filepath.Join(pgdata, "database.bootstrapped"), "x\n")
+			}, "an in-place major upgrade is not supported"},
+		} {
+			os.RemoveAll(p.pgdata)
+			tl.mkdir(t, p.pgdata)
+			tc.setup(p.pgdata)
+			p.start()
+			waitFor(t, 30*time.Second, tc.name, func() error { return containsErr(p.lastLog(), "HOLDING") })
+			if !strings.Contains(p.lastLog(), tc.want) {
+				t.Errorf("%s: log lacks %q:\n%s", tc.name, tc.want, p.lastLog())
+			}
+			if err := p.probe("ready"); err == nil {
+				t.Errorf("%s: ready while holding", tc.name)
+			}
+			if err := p.probe("live"); err != nil {
+				t.Errorf("%s: not live while holding: %v", tc.name, err)
+			}
+			p.signal(syscall.SIGTERM)
+			if err := p.waitExit(10 * time.Second); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// sidecar is a running sync-passwords.sh.
+type sidecar struct {
+	path string
+}
+
+func (s *sidecar) log() string {
+	b, _ := os.ReadFile(s.path)
+	return string(b)
+}
+
+// startSidecar runs sync-passwords.sh beside the pod until the test ends.
+func startSidecar(t *testing.T, c *cluster, in *instance) *sidecar {
+	t.Helper()
+	s := &sidecar{path: filepath.Join(in.dir, "sync-passwords.log")}
+	f, err := os.Create(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.tl.command(t.Context(), in.dir, in.env(), c.tl.bashPath, filepath.Join(c.scripts, SyncPasswords))
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		f.Close()
+		if t.Failed() {
+			t.Logf("--- sync-passwords log ---\n%s", tail(s.log(), 40))
+		}
+	})
+	return s
+}
+
+func containsErr(s, want string) error {
+	if strings.Contains(s, want) {
+		return nil
+	}
+	return &notFound{want}
+}
+
+type notFound struct{ want string }
+
+func (e *notFound) Error() string { return "output lacks " + e.want }
+
+func dirIsEmpty(path string) bool {
+	entries, err := os.ReadDir(path)
+	return err != nil || len(entries) == 0
+}

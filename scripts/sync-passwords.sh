@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# sync-passwords.sh: the password-sync sidecar of every StatefulSet pod.
+#
+# The Secrets are the source of truth for passwords. Every SYNC_INTERVAL
+# seconds (default 5):
+#   primary (ordinal 0, not in recovery): when the content of the mounted
+#     secret files changed since the last successful apply, or postgres was
+#     restarted since, ALTER ROLE ... PASSWORD for the app role, the
+#     replication role and the superuser, over the socket (peer).
+#   standby: only refreshes its local replication passfile (used by its
+#     walreceiver to reconnect), no SQL.
+# Safe while postgres is not up yet: it just tries again next round.
+# Passwords go to psql on stdin (psql variables, :'pw' quoting): never in
+# process arguments, never in logs (the session turns statement logging off).
+#
+# Environment: POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR
+# ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
+# then exit with its status; for tests and debugging).
+set -Eeuo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+LOG_TAG=sync-passwords
+
+require_env POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR ADMIN_SECRET_DIR
+SYNC_INTERVAL=${SYNC_INTERVAL:-5}
+require_int SYNC_INTERVAL 1
+ordinal=$(pod_ordinal)
+
+secret_files=(
+	"$ADMIN_SECRET_DIR/username"
+	"$ADMIN_SECRET_DIR/password"
+	"$ADMIN_SECRET_DIR/replication-username"
+	"$ADMIN_SECRET_DIR/replication-password"
+	"$APP_SECRET_DIR/password"
+)
+
+# secrets_checksum: one checksum over the secret files' content (sha256sum
+# reads the files itself: only their paths are arguments).
+secrets_checksum() {
+	local sums
+	sums=$(sha256sum "${secret_files[@]}" 2>/dev/null) || return 1
+	sha256sum <<<"$sums" | cut -d' ' -f1
+}
+
+sync_sql() {
+	local su su_pw repl repl_pw app_pw
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
+	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	psql_set su "$su"
+	psql_set su_pw "$su_pw"
+	psql_set repl "$repl"
+	psql_set repl_pw "$repl_pw"
+	psql_set app "$APP_USER"
+	psql_set app_pw "$app_pw"
+	cat <<-'SQL'
+		SET log_statement = 'none';
+		SET log_min_error_statement = 'panic';
+		BEGIN;
+		ALTER ROLE :"app" WITH PASSWORD :'app_pw';
+		ALTER ROLE :"repl" WITH PASSWORD :'repl_pw';
+		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
+		COMMIT;
+	SQL
+}
+
+applied=''   # checksum|postmaster start time of the last successful apply
+waiting=''   # last "not yet" reason logged, to log each reason once
+
+say_once() {
+	[[ $waiting == "$1" ]] && return 0
+	waiting=$1
+	log "$1"
+}
+
+# sync_round: one round; 0 when the database matches the secrets (or there is
+# nothing to do), 1 when it should be tried again.
+sync_round() {
+	local sum su status in_recovery started key
+	sum=$(secrets_checksum) || {
+		say_once "secret files not readable yet"
+		return 1
+	}
+	if ((ordinal != 0)); then
+		local repl repl_pw
+		[[ $applied != "$sum" ]] || return 0
+		read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+		read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
+		[[ -d $(dirname "$PGDATA") ]] || {
+			say_once "data volume not mounted"
+			return 1
+		}
+		write_passfile "$(replication_passfile)" "$repl" "$repl_pw"
+		[[ -z $applied ]] || log "standby: replication passfile refreshed"
+		applied=$sum
+		return 0
+	fi
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	status=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres \
+		-c "SELECT pg_is_in_recovery(), pg_postmaster_start_time()" 2>/dev/null) || {
+		say_once "postgres is not accepting connections yet; retrying every ${SYNC_INTERVAL}s"
+		return 1
+	}
+	in_recovery=${status%%|*}
+	started=${status#*|}
+	if [[ $in_recovery == t ]]; then
+		say_once "postgres is in recovery (standby): nothing to do"
+		return 0
+	fi
+	key="$sum|$started"
+	[[ $applied != "$key" ]] || return 0
+	if ! sync_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres >/dev/null; then
+		say_once "applying the passwords failed; retrying every ${SYNC_INTERVAL}s"
+		return 1
+	fi
+	applied=$key
+	waiting=''
+	log "passwords applied from the secrets (checksum ${sum:0:12}) for roles $APP_USER, replication and superuser"
+}
+
+if [[ ${SYNC_ONCE:-} == 1 ]]; then
+	sync_round
+	exit
+fi
+
+trap 'log "terminated"; exit 0' TERM INT
+log "watching the secret files every ${SYNC_INTERVAL}s (ordinal $ordinal)"
+while :; do
+	sync_round || true
+	sleep "$SYNC_INTERVAL" &
+	wait $! || true
+done

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Secret keys. The app Secret follows the keys app frameworks expect
+// (host, port, dbname, username, password, uri); the admin Secret is
+// mounted only by the database pods and the backup and restore jobs.
+const (
+	keyUsername            = "username"
+	keyPassword            = "password"
+	keyDBName              = "dbname"
+	keyHost                = "host"
+	keyPort                = "port"
+	keyURI                 = "uri"
+	keyJDBCURI             = "jdbc-uri"
+	keyPgpass              = "pgpass"
+	keyReplicationUsername = "replication-username"
+	keyReplicationPassword = "replication-password"
+
+	superuser       = "postgres"
+	replicationUser = "replicator"
+
+	postgresPort = 5432
+
+	passwordLength = 32
+
+	annotationSQLNames = "database.example.com/sql-identifiers"
+)
+
+// passwords are the credentials of a Database. Each is read back from the
+// observed Secret when it exists and generated only when it does not, so a
+// password is never regenerated under a running database.
+type passwords struct {
+	App, Superuser, Replication string
+}
+
+// passwordAlphabet avoids characters that need escaping in URIs, pgpass
+// files and shell, so that every connection string is plain.
+const passwordAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// newPassword draws a password from crypto/rand: 32 characters of a
+// 62-letter alphabet is 190 bits.
+func newPassword() string {
+	return randomString(passwordLength)
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	max := byte(len(passwordAlphabet))
+	// Rejection sampling keeps every letter equally likely.
+	limit := 256 - 256%int(max)
+	buf := make([]byte, 1)
+	for i := 0; i < n; {
+		if _, err := rand.Read(buf); err != nil {
+			panic(err) // crypto/rand.Read never fails on Linux (Go 1.24+ documents it).
+		}
+		if int(buf[0]) < limit {
+			b[i] = passwordAlphabet[buf[0]%max]
+			i++
+		}
+	}
+	return string(b)
+}
+
+// resolvePasswords takes each password from the observed Secrets, generating
+// only those that are missing or empty.
+func resolvePasswords(o *observed, generate func() string) passwords {
+	existingOrNew := func(s *corev1.Secret, key string) string {
+		if s != nil && len(s.Data[key]) > 0 {
+			return string(s.Data[key])
+		}
+		return generate()
+	}
+	return passwords{
+		App:         existingOrNew(o.Credentials, keyPassword),
+		Superuser:   existingOrNew(o.Superuser, keyPassword),
+		Replication: existingOrNew(o.Superuser, keyReplicationPassword),
+	}
+}
+
+// credentialsSecret is what apps mount: everything a client needs to connect
+// to the primary as the app role, which owns database N.
+func credentialsSecret(db *database, pw passwords) *corev1.Secret {
+	host := serviceHost(db, db.Name)
+	port := strconv.Itoa(postgresPort)
+	uri := url.URL{
+		Scheme: "postgresql",
+		User:   url.UserPassword(db.SQLName, pw.App),
+		Host:   host + ":" + port,
+		Path:   "/" + db.SQLName,
+	}
+	jdbc := fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=%s&password=%s", host, port, db.SQLName,
+		url.QueryEscape(db.SQLName), url.QueryEscape(pw.App))
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      credentialsName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentDatabase),
+			Annotations: map[string]string{
+				annotationSQLNames: "role and database " + db.SQLName + " (the Database name with '-' turned into '_')",
+			},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			keyUsername: []byte(db.SQLName),
+			keyPassword: []byte(pw.App),
+			keyDBName:   []byte(db.SQLName),
+			keyHost:     []byte(host),
+			keyPort:     []byte(port),
+			keyURI:      []byte(uri.String()),
+			keyJDBCURI:  []byte(jdbc),
+			keyPgpass:   []byte(strings.Join([]string{host, port, db.SQLName, db.SQLName, pgpassEscape(pw.App)}, ":") + "\n"),
+		},
+	}
+}
+
+// superuserSecret holds the superuser and replication credentials. Apps never
+// get it: it is mounted only by the database pods and the backup and restore
+// jobs.
+func superuserSecret(db *database, pw passwords) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      superuserName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentDatabase),
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			keyUsername:            []byte(superuser),
+			keyPassword:            []byte(pw.Superuser),
+			keyReplicationUsername: []byte(replicationUser),
+			keyReplicationPassword: []byte(pw.Replication),
+		},
+	}
+}
+
+// pgpassEscape escapes ':' and '\' as the pgpass format requires; a password
+// read back from a Secret a user edited may contain them.
+func pgpassEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s)
+}

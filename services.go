@@ -1,0 +1,45 @@
+package main
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func service(db *database, name string, selector map[string]string) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentDatabase),
+		},
+		Spec: corev1.ServiceSpec{
+			Selector: selector,
+			Ports: []corev1.ServicePort{{
+				Name: portName, Port: postgresPort, TargetPort: intstr.FromString(portName), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// primaryService (read-write) selects ordinal 0 only: standbys refuse
+// writes, so a client must never be balanced onto one.
+func primaryService(db *database) *corev1.Service {
+	return service(db, db.Name, primaryLabels(db))
+}
+
+// readService balances read-only clients over every instance.
+func readService(db *database) *corev1.Service {
+	return service(db, readServiceName(db), selectorLabels(db))
+}
+
+// headlessService gives each instance a stable DNS name (N-0.N-hl) for
+// standbys to clone and stream from. Not-ready addresses are published:
+// a standby must reach the primary before either is ready.
+func headlessService(db *database) *corev1.Service {
+	s := service(db, headlessServiceName(db), selectorLabels(db))
+	s.Spec.ClusterIP = corev1.ClusterIPNone
+	s.Spec.PublishNotReadyAddresses = true
+	return s
+}

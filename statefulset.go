@@ -1,0 +1,236 @@
+package main
+
+import (
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/scripts"
+)
+
+// Container, volume and path names shared by the pods and the scripts (see
+// the scripts package for the environment contract).
+const (
+	containerPostgres     = "postgres"
+	containerPasswordSync = "password-sync"
+	containerBackup       = "backup"
+	containerRestore      = "restore"
+
+	volData     = "data"
+	volBackups  = "backups"
+	volScripts  = "scripts"
+	volApp      = "app-secret"
+	volAdmin    = "superuser-secret"
+	volRun      = "run"
+	volTmp      = "tmp"
+	volShm      = "shm"
+	volRestore  = "restore"
+	portName    = "postgresql"
+	dataDir     = "/var/lib/postgresql/data"
+	pgData      = dataDir + "/pgdata"
+	socketDir   = "/var/run/postgresql"
+	scriptsDir  = "/opt/database/scripts"
+	appDir      = "/etc/database/app"
+	adminDir    = "/etc/database/superuser"
+	backupsDir  = "/backups"
+	restoreDir  = "/restore"
+	tmpDir      = "/tmp"
+	shmDir      = "/dev/shm"
+	shmSize     = "256Mi"
+	secretsMode = 0o440
+
+	// annotationConfigHash on the pod template rolls the pods when the
+	// scripts or the tier's settings change (shared_buffers needs a restart).
+	annotationConfigHash = "database.example.com/config-hash"
+)
+
+func image(db *database) string { return db.Image + ":" + db.Version.Tag }
+
+// statefulSet composes the PostgreSQL instances: ordinal 0 is the primary,
+// every other ordinal a streaming hot standby cloned from it.
+func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
+	retain := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	whenDeleted := retain
+	if db.DeletionPolicy == deletionDelete {
+		whenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	}
+	return &appsv1.StatefulSet{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        db.Name,
+			Namespace:   db.Namespace,
+			Labels:      labels(db, componentDatabase),
+			Annotations: map[string]string{annotationMajor: strconv.Itoa(p.Major)},
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To(db.Tier.Replicas),
+			ServiceName: headlessServiceName(db),
+			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+			// Standbys clone from the primary, so ordinal 0 must be ready
+			// before ordinal 1 starts: the default OrderedReady policy.
+			PodManagementPolicy: appsv1.OrderedReadyPodManagement,
+			// Scaling in never deletes a standby's volume: scaling back out
+			// reuses it. Deleting the Database follows deletionPolicy.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: whenDeleted,
+				WhenScaled:  retain,
+			},
+			VolumeClaimTemplates: p.Templates,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      labels(db, componentDatabase),
+					Annotations: map[string]string{annotationConfigHash: configHash},
+				},
+				Spec: podSpecDefaults(corev1.PodSpec{
+					// PostgreSQL's fast shutdown needs time to checkpoint.
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					Affinity:                      spreadInstances(db),
+					Containers:                    []corev1.Container{postgresContainer(db, p), passwordSyncContainer(db, p)},
+					Volumes:                       instanceVolumes(db),
+				}),
+			},
+		},
+	}
+}
+
+// volumeClaimTemplate is a ReadWriteOnce volume per instance. An empty class
+// means the cluster's default storage class.
+func volumeClaimTemplate(name string, size resource.Quantity, class string) corev1.PersistentVolumeClaim {
+	t := corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	if class != "" {
+		t.Spec.StorageClassName = ptr.To(class)
+	}
+	return t
+}
+
+// spreadInstances prefers one instance per node: a standby on the primary's
+// node does not survive that node. Preferred, not required, so that a small
+// cluster still runs every instance.
+func spreadInstances(db *database) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+// instanceEnv is the environment contract of the scripts run in the
+// instances (see the scripts package).
+func instanceEnv(db *database) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "PGDATA", Value: pgData},
+		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
+		{Name: "PGHOST", Value: socketDir},
+		{Name: "DB_NAME", Value: db.SQLName},
+		{Name: "APP_USER", Value: db.SQLName},
+		{Name: "PRIMARY_HOST", Value: primaryHost(db)},
+		{Name: "SCRIPTS_DIR", Value: scriptsDir},
+		{Name: "APP_SECRET_DIR", Value: appDir},
+		{Name: "ADMIN_SECRET_DIR", Value: adminDir},
+	}
+}
+
+func instanceMounts() []corev1.VolumeMount {
+	return []corev1.VolumeMount{
+		{Name: volData, MountPath: dataDir},
+		{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+		{Name: volApp, MountPath: appDir, ReadOnly: true},
+		{Name: volAdmin, MountPath: adminDir, ReadOnly: true},
+		{Name: volRun, MountPath: socketDir},
+		{Name: volTmp, MountPath: tmpDir},
+		{Name: volShm, MountPath: shmDir},
+	}
+}
+
+func postgresContainer(db *database, p *plan) corev1.Container {
+	res := corev1.ResourceList{corev1.ResourceCPU: db.Tier.CPU, corev1.ResourceMemory: db.Tier.Memory}
+	return corev1.Container{
+		Name:            containerPostgres,
+		Image:           p.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"bash", scriptsDir + "/" + scripts.Entrypoint},
+		Env:             instanceEnv(db),
+		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
+		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+		VolumeMounts:    instanceMounts(),
+		ReadinessProbe:  probe("ready", 10, 3),
+		// A standby cloning a large primary is alive: the live probe says
+		// so, and the failure threshold leaves room for a slow checkpoint.
+		LivenessProbe:   probe("live", 15, 6),
+		SecurityContext: containerSecurityContext(),
+	}
+}
+
+func probe(mode string, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"bash", scriptsDir + "/" + scripts.Probe, mode}}},
+		PeriodSeconds:    period,
+		TimeoutSeconds:   5,
+		FailureThreshold: failures,
+	}
+}
+
+// passwordSyncContainer applies the passwords of the mounted Secrets to the
+// running primary whenever they change: the Secrets are the source of truth,
+// so a Secret deleted by accident and regenerated never locks apps out.
+func passwordSyncContainer(db *database, p *plan) corev1.Container {
+	return corev1.Container{
+		Name:            containerPasswordSync,
+		Image:           p.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"bash", scriptsDir + "/" + scripts.SyncPasswords},
+		Env:             append(instanceEnv(db), corev1.EnvVar{Name: "SYNC_INTERVAL", Value: "5"}),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		// The data volume too: the script tells a standby by its standby.signal.
+		VolumeMounts:    instanceMounts(),
+		SecurityContext: containerSecurityContext(),
+	}
+}
+
+// instanceVolumes are the pod volumes beside the claim templates.
+func instanceVolumes(db *database) []corev1.Volume {
+	return []corev1.Volume{
+		scriptsVolume(db),
+		secretVolume(volApp, credentialsName(db)),
+		secretVolume(volAdmin, superuserName(db)),
+		{Name: volRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		// The container runtime's 64Mi /dev/shm is too small for parallel
+		// queries' dynamic shared memory.
+		{Name: volShm, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse(shmSize)),
+		}}},
+	}
+}
+
+func scriptsVolume(db *database) corev1.Volume {
+	return corev1.Volume{Name: volScripts, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: scriptsName(db)},
+	}}}
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  secret,
+		DefaultMode: ptr.To[int32](secretsMode),
+	}}}
+}
+

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// Phases of a Database (status.phase).
+const (
+	phaseProvisioning = "Provisioning"
+	phaseRunning      = "Running"
+	phaseDegraded     = "Degraded"
+	phaseFailed       = "Failed"
+)
+
+// Condition types the function sets on the XR and its claim. Crossplane owns
+// Ready and Synced; these say why.
+const (
+	condBackupHealthy = "BackupHealthy"
+	condSpecApplied   = "SpecApplied"
+	condRestored      = "Restored"
+)
+
+// dbStatus is the status the function writes to the XR (DESIGN §1), all of
+// it derived from observed state, so it never changes without a cause.
+type dbStatus struct {
+	Endpoint         string         `json:"endpoint,omitempty"`
+	ReadEndpoint     string         `json:"readEndpoint,omitempty"`
+	Port             int32          `json:"port,omitempty"`
+	Version          string         `json:"version,omitempty"`
+	Replicas         int32          `json:"replicas"`
+	ReadyReplicas    int32          `json:"readyReplicas"`
+	Phase            string         `json:"phase"`
+	ConnectionSecret string         `json:"connectionSecret,omitempty"`
+	Backup           *backupStatus  `json:"backup,omitempty"`
+	Restore          *restoreStatus `json:"restore,omitempty"`
+}
+
+type backupStatus struct {
+	LastScheduleTime   *metav1.Time `json:"lastScheduleTime,omitempty"`
+	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
+}
+
+type restoreStatus struct {
+	Source    string `json:"source"`
+	Backup    string `json:"backup"`
+	Completed bool   `json:"completed"`
+}
+
+// condition is one condition for the XR and its claim. Messages are stable:
+// they change only when the observed state they describe changes.
+type condition struct {
+	Type    string
+	Status  fnv1.Status
+	Reason  string
+	Message string
+}
+
+func status(db *database, p *plan, o *observed, stsReady bool) dbStatus {
+	s := dbStatus{Phase: phase(p, o, stsReady)}
+	if o.exists[rnService] {
+		s.Endpoint = serviceHost(db, db.Name)
+		s.Port = postgresPort
+		// A single instance serves reads on the primary.
+		s.ReadEndpoint = s.Endpoint
+	}
+	if o.exists[rnServiceRead] {
+		s.ReadEndpoint = serviceHost(db, readServiceName(db))
+	}
+	if o.exists[rnCredentials] {
+		s.ConnectionSecret = credentialsName(db)
+	}
+	if sts := o.StatefulSet; sts != nil {
+		if _, img, ok := runningMajor(sts); ok {
+			s.Version = img[strings.LastIndex(img, ":")+1:]
+		}
+		if sts.Spec.Replicas != nil {
+			s.Replicas = *sts.Spec.Replicas
+		}
+		s.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	if cj := o.Backup; cj != nil && (cj.Status.LastScheduleTime != nil || cj.Status.LastSuccessfulTime != nil) {
+		s.Backup = &backupStatus{LastScheduleTime: cj.Status.LastScheduleTime, LastSuccessfulTime: cj.Status.LastSuccessfulTime}
+	}
+	if r := db.RestoreFrom; r != nil && p.Restore {
+		s.Restore = &restoreStatus{Source: r.Database, Backup: r.Backup, Completed: jobSucceeded(o.Restore)}
+	}
+	return s
+}
+
+func phase(p *plan, o *observed, stsReady bool) string {
+	switch {
+	case jobFailed(o.Restore):
+		return phaseFailed
+	case stsReady && (o.Restore == nil || jobSucceeded(o.Restore)):
+		return phaseRunning
+	case p.Initialized:
+		return phaseDegraded
+	}
+	return phaseProvisioning
+}
+
+func conditions(db *database, p *plan, o *observed) []condition {
+	out := []condition{backupCondition(db, o.Backup), specApplied(p)}
+	if db.RestoreFrom != nil && p.Restore {
+		out = append(out, restoreCondition(db, o.Restore))
+	}
+	return out
+}
+
+func specApplied(p *plan) condition {
+	if len(p.Blocked) == 0 {
+		return condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_TRUE, "Applied", "every field of spec is applied"}
+	}
+	msgs := make([]string, 0, len(p.Blocked))
+	for _, b := range p.Blocked {
+		msgs = append(msgs, b.Message)
+	}
+	return condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_FALSE, p.Blocked[0].Reason, strings.Join(msgs, "; ")}
+}
+
+// backupCondition judges backups by the CronJob's own status, never by the
+// wall clock (which would make the response change on every call): healthy
+// when the last successful run is not older than the last scheduled one.
+func backupCondition(db *database, cj *batchv1.CronJob) condition {
+	const typ = condBackupHealthy
+	switch {
+	case !db.Backup.Enabled:
+		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupDisabled", "spec.backup.enabled is false: no backups are taken"}
+	case cj == nil || cj.Status.LastScheduleTime == nil:
+		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule " + db.Backup.Schedule}
+	}
+	sched, succ := cj.Status.LastScheduleTime, cj.Status.LastSuccessfulTime
+	switch {
+	case succ != nil && !succ.Before(sched):
+		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at " + stamp(succ)}
+	case len(cj.Status.Active) > 0:
+		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at " + stamp(sched) + " is running"}
+	case succ == nil:
+		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " has not succeeded and no backup ever has; see the jobs of CronJob " + backupName(db)}
+	}
+	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " has not succeeded; last success at " + stamp(succ) + "; see the jobs of CronJob " + backupName(db)}
+}
+
+func restoreCondition(db *database, j *batchv1.Job) condition {
+	const typ = condRestored
+	src := db.RestoreFrom.Database + "/" + db.RestoreFrom.Backup
+	switch {
+	case jobSucceeded(j):
+		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "RestoreSucceeded", "restored backup " + src}
+	case jobFailed(j):
+		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "RestoreFailed", "restoring backup " + src + " failed; see the logs of Job " + restoreName(db) + " (a database that already holds tables is never overwritten)"}
+	}
+	return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "RestorePending", "restoring backup " + src}
+}
+
+func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }
