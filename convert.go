@@ -51,6 +51,7 @@ type fieldInfo struct {
 	index     int
 	name      string
 	omitEmpty bool
+	omitZero  bool
 	inline    bool
 }
 
@@ -71,7 +72,7 @@ func fieldsOf(t reflect.Type) []fieldInfo {
 			continue
 		}
 		name, opts, _ := strings.Cut(tag, ",")
-		fi := fieldInfo{index: i, name: name, omitEmpty: strings.Contains(opts, "omitempty")}
+		fi := fieldInfo{index: i, name: name, omitEmpty: strings.Contains(opts, "omitempty"), omitZero: strings.Contains(opts, "omitzero")}
 		if name == "" {
 			if !sf.Anonymous {
 				fi.name = sf.Name
@@ -105,7 +106,7 @@ func encodeFields(v reflect.Value, into map[string]*structpb.Value) error {
 			}
 			continue
 		}
-		if fi.omitEmpty && isEmpty(f) {
+		if (fi.omitEmpty && isEmpty(f)) || (fi.omitZero && f.IsZero()) {
 			continue
 		}
 		val, keep, err := encode(f)

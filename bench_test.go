@@ -1,0 +1,65 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+const (
+	benchSmall       = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: orders, namespace: shop}\nspec: {version: \"16\", size: small}"
+	benchLargeBackup = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: orders, namespace: shop}\nspec: {version: \"16\", size: large, backup: {enabled: true}}"
+)
+
+// perfRequests are the requests of the benchmarks and of the load tool
+// (testdata/perf/*.yaml, written by go test -run TestPerfRequests -update).
+func perfRequests(t testing.TB) map[string]*fnv1.RunFunctionRequest {
+	t.Helper()
+	observedLarge := xrRequest(yamlStruct(t, benchLargeBackup), nil)
+	observedLarge.Observed.Resources = observedFrom(t, runTest(t, observedLarge), true)
+	return map[string]*fnv1.RunFunctionRequest{
+		"small":          xrRequest(yamlStruct(t, benchSmall), nil),
+		"large-backup":   xrRequest(yamlStruct(t, benchLargeBackup), nil),
+		"large-observed": observedLarge,
+	}
+}
+
+func TestPerfRequests(t *testing.T) {
+	for name, req := range perfRequests(t) {
+		golden(t, filepath.Join("perf", name+".yaml"), requestYAML(t, req))
+	}
+}
+
+func requestYAML(t testing.TB, req *fnv1.RunFunctionRequest) []byte {
+	t.Helper()
+	j, err := protojson.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := yaml.JSONToYAML(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func BenchmarkRunFunction(b *testing.B) {
+	reqs := perfRequests(b)
+	for _, name := range []string{"small", "large-backup", "large-observed"} {
+		req := reqs[name]
+		b.Run(name, func(b *testing.B) {
+			f := testFunction()
+			b.ReportAllocs()
+			for b.Loop() {
+				rsp, err := f.RunFunction(b.Context(), req)
+				if err != nil || len(rsp.GetResults()) > 0 {
+					b.Fatalf("unexpected: %v %v", err, rsp.GetResults())
+				}
+			}
+		})
+	}
+}

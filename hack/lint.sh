@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Static checks CI enforces: gofmt, go vet, golangci-lint (pinned, built from
+# the Go module proxy into the cache), go mod tidy and go generate freshness.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+GOLANGCI_VERSION=v2.15.0
+cache=${FUNCTION_DATABASE_CACHE:-$HOME/.cache/function-database}
+lint="$cache/bin/golangci-lint-$GOLANGCI_VERSION"
+if [ ! -x "$lint" ]; then
+	echo "building golangci-lint $GOLANGCI_VERSION (cold: a few minutes)" >&2
+	tmp=$(mktemp -d)
+	GOBIN="$tmp" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_VERSION"
+	mkdir -p "$cache/bin" && mv "$tmp/golangci-lint" "$lint" && rm -rf "$tmp"
+fi
+[ "${1:-}" = "--build-only" ] && exit 0
+
+echo "lint: gofmt" >&2
+bad=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
+[ -z "$bad" ] || { echo "gofmt would change: $bad" >&2; exit 1; }
+
+echo "lint: go vet" >&2
+go vet ./...
+
+echo "lint: golangci-lint" >&2
+"$lint" run ./...
+
+echo "lint: go mod tidy and go generate are fresh" >&2
+go mod tidy
+go generate -tags generate ./input/...
+if [ -n "$(git status --porcelain -- go.mod go.sum package/input input/v1beta1)" ]; then
+	git --no-pager diff -- go.mod go.sum package/input input/v1beta1 >&2
+	echo "go.mod/go.sum or generated files are stale: run go mod tidy && go generate -tags generate ./input/... and commit" >&2
+	exit 1
+fi

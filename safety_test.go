@@ -1,0 +1,341 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// decodeInto decodes a desired or observed resource into its typed kind.
+func decodeInto[T any](t testing.TB, s *structpb.Struct) *T {
+	t.Helper()
+	if s == nil {
+		t.Fatalf("resource missing")
+	}
+	b, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(out); err != nil {
+		t.Fatalf("cannot decode %T strictly: %v", out, err)
+	}
+	return out
+}
+
+func encodeObserved(t testing.TB, obj runtime.Object) *fnv1.Resource {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := structpb.NewStruct(normalise(m).(map[string]any)) //nolint:forcetypeassert // maps stay maps
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fnv1.Resource{Resource: s}
+}
+
+// runningRequest is the medium example (or xr) running: composed, observed,
+// ready. mutate edits the spec of the XR before the call.
+func runningRequest(t *testing.T, xr string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := xrRequest(yamlStruct(t, xr), nil)
+	req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+	return req
+}
+
+func setSpec(t *testing.T, req *fnv1.RunFunctionRequest, spec string) {
+	t.Helper()
+	req.Observed.Composite.Resource.Fields["spec"] = structpb.NewStructValue(yamlStruct(t, spec))
+}
+
+func desiredSTS(t *testing.T, rsp *fnv1.RunFunctionResponse) *appsv1.StatefulSet {
+	t.Helper()
+	return decodeInto[appsv1.StatefulSet](t, rsp.GetDesired().GetResources()["statefulset"].GetResource())
+}
+
+func conditionOf(rsp *fnv1.RunFunctionResponse, typ string) *fnv1.Condition {
+	for _, c := range rsp.GetConditions() {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
+}
+
+func TestPasswordsReadBack(t *testing.T) {
+	req := runningRequest(t, validXR)
+	cred := decodeInto[corev1.Secret](t, req.Observed.Resources["credentials"].GetResource())
+	su := decodeInto[corev1.Secret](t, req.Observed.Resources["superuser"].GetResource())
+	cred.Data["password"] = []byte("app-password-the-user-set")
+	su.Data["password"] = []byte("super-password-kept")
+	su.Data["replication-password"] = []byte("repl-password-kept")
+	req.Observed.Resources["credentials"] = encodeObserved(t, cred)
+	req.Observed.Resources["superuser"] = encodeObserved(t, su)
+
+	rsp := runTest(t, req)
+	gotCred := decodeInto[corev1.Secret](t, rsp.Desired.Resources["credentials"].GetResource())
+	gotSU := decodeInto[corev1.Secret](t, rsp.Desired.Resources["superuser"].GetResource())
+	want := map[string]string{
+		"password": "app-password-the-user-set",
+		"uri":      "postgresql://orders:app-password-the-user-set@orders.shop.svc.cluster.local:5432/orders",
+		"pgpass":   "orders.shop.svc.cluster.local:5432:orders:orders:app-password-the-user-set\n",
+	}
+	for k, v := range want {
+		if got := string(gotCred.Data[k]); got != v {
+			t.Errorf("credentials %s = %q, want %q", k, got, v)
+		}
+	}
+	if string(gotSU.Data["password"]) != "super-password-kept" || string(gotSU.Data["replication-password"]) != "repl-password-kept" {
+		t.Errorf("superuser passwords were regenerated: %q", gotSU.Data)
+	}
+
+	// A deleted Secret gets a new password (the primary learns it from the
+	// mounted Secret); the other Secret's passwords stay.
+	delete(req.Observed.Resources, "credentials")
+	rsp = runTest(t, req)
+	gotCred = decodeInto[corev1.Secret](t, rsp.Desired.Resources["credentials"].GetResource())
+	gotSU = decodeInto[corev1.Secret](t, rsp.Desired.Resources["superuser"].GetResource())
+	if string(gotCred.Data["password"]) != "generated-password-01" {
+		t.Errorf("a missing credentials Secret should get a new password, got %q", gotCred.Data["password"])
+	}
+	if string(gotSU.Data["password"]) != "super-password-kept" {
+		t.Errorf("superuser password changed when only the app Secret was missing")
+	}
+}
+
+func TestPasswordsAreStrong(t *testing.T) {
+	seen := map[string]bool{}
+	for range 200 {
+		p := newPassword()
+		if len(p) != passwordLength || strings.Trim(p, passwordAlphabet) != "" {
+			t.Fatalf("password %q: want %d characters of the alphabet", p, passwordLength)
+		}
+		if seen[p] {
+			t.Fatalf("password %q drawn twice", p)
+		}
+		seen[p] = true
+	}
+}
+
+func TestVolumeTemplatesNeverChange(t *testing.T) {
+	cases := map[string]struct {
+		reason     string
+		spec       string
+		wantData   string
+		wantReason string
+	}{
+		"Shrink":       {"a smaller size keeps the observed volumes", `{version: "16", size: medium, storage: {size: 5Gi}}`, "20Gi", reasonStorageShrink},
+		"Grow":         {"growing is not supported yet: kept and said", `{version: "16", size: medium, storage: {size: 40Gi}}`, "20Gi", reasonStorageGrow},
+		"Class":        {"a class change is refused", `{version: "16", size: medium, storage: {storageClassName: other}}`, "20Gi", reasonStorageClass},
+		"BackupVolume": {"the backup volume is fixed", `{version: "16", size: medium, backup: {storage: 99Gi}}`, "20Gi", reasonBackupStorage},
+		"Tier":         {"a tier change keeps the volumes", `{version: "16", size: large}`, "20Gi", reasonStorageGrow},
+		"Same":         {"the same size is applied", `{version: "16", size: medium, storage: {size: 20Gi}}`, "20Gi", ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := runningRequest(t, validXR)
+			before := desiredSTS(t, runTest(t, req)).Spec.VolumeClaimTemplates
+			setSpec(t, req, tc.spec)
+			rsp := runTest(t, req)
+			got := desiredSTS(t, rsp).Spec.VolumeClaimTemplates
+			if d := cmp.Diff(before, got); d != "" {
+				t.Errorf("%s: volumeClaimTemplates changed (-before +after):\n%s", tc.reason, d)
+			}
+			if q := got[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.Cmp(resource.MustParse(tc.wantData)) != 0 {
+				t.Errorf("data volume %s, want %s", q.String(), tc.wantData)
+			}
+			c := conditionOf(rsp, condSpecApplied)
+			if tc.wantReason == "" {
+				if c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || len(rsp.GetResults()) != 0 {
+					t.Errorf("want SpecApplied True and no results, got %v %v", c, rsp.GetResults())
+				}
+				return
+			}
+			if c.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE || !strings.Contains(c.GetMessage(), "keeping") {
+				t.Errorf("want SpecApplied False explaining what is kept, got %v", c)
+			}
+			found := false
+			for _, r := range rsp.GetResults() {
+				found = found || (r.GetReason() == tc.wantReason && r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING)
+			}
+			if !found {
+				t.Errorf("want a Warning with reason %s, got %v", tc.wantReason, rsp.GetResults())
+			}
+		})
+	}
+}
+
+func TestMajorVersionChangeRefused(t *testing.T) {
+	cases := map[string]struct {
+		version   string
+		wantImage string
+		blocked   bool
+		verb      string
+	}{
+		"Downgrade":  {"15", "postgres:16", true, "downgrade"},
+		"Upgrade":    {"17", "postgres:16", true, "upgrade"},
+		"MinorRolls": {"16.4", "postgres:16.4", false, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := runningRequest(t, "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: orders, namespace: shop}\nspec: {version: \"16\", size: medium, backup: {enabled: true}}")
+			setSpec(t, req, `{version: "`+tc.version+`", size: medium, backup: {enabled: true}}`)
+			rsp := runTest(t, req)
+			sts := desiredSTS(t, rsp)
+			for _, c := range sts.Spec.Template.Spec.Containers {
+				if c.Image != tc.wantImage {
+					t.Errorf("container %s image %s, want %s", c.Name, c.Image, tc.wantImage)
+				}
+			}
+			cj := decodeInto[batchv1.CronJob](t, rsp.Desired.Resources["backup"].GetResource())
+			if img := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; img != tc.wantImage {
+				t.Errorf("backup image %s, want %s (pg_dump must match the server's major)", img, tc.wantImage)
+			}
+			if sts.Annotations[annotationMajor] != "16" {
+				t.Errorf("major annotation %q, want 16", sts.Annotations[annotationMajor])
+			}
+			c := conditionOf(rsp, condSpecApplied)
+			if !tc.blocked {
+				if c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE {
+					t.Errorf("a minor roll must apply, got %v", c)
+				}
+				return
+			}
+			if c.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE || c.GetReason() != reasonMajorVersionChange ||
+				!strings.Contains(c.GetMessage(), "restoreFrom") || !strings.Contains(c.GetMessage(), tc.verb) {
+				t.Errorf("want SpecApplied False/%s naming restoreFrom and %q, got %v", reasonMajorVersionChange, tc.verb, c)
+			}
+		})
+	}
+}
+
+func TestInitializedIsSticky(t *testing.T) {
+	req := xrRequest(yamlStruct(t, validXR), nil)
+	first := runTest(t, req)
+	cm := decodeInto[corev1.ConfigMap](t, first.Desired.Resources["scripts"].GetResource())
+	if _, ok := cm.Data[keyInitialized]; ok {
+		t.Fatalf("a new Database must not be marked initialized")
+	}
+	// Starting: instances not ready yet, so still not initialized.
+	req.Observed.Resources = observedFrom(t, first, false)
+	if cm := decodeInto[corev1.ConfigMap](t, runTest(t, req).Desired.Resources["scripts"].GetResource()); cm.Data[keyInitialized] != "" {
+		t.Fatalf("marked initialized before any instance was ready")
+	}
+	// Ready once: initialized.
+	req.Observed.Resources = observedFrom(t, first, true)
+	running := runTest(t, req)
+	if cm := decodeInto[corev1.ConfigMap](t, running.Desired.Resources["scripts"].GetResource()); cm.Data[keyInitialized] != "true" {
+		t.Fatalf("not marked initialized after the StatefulSet was ready")
+	}
+	// Every instance lost afterwards: the marker stays, the phase is Degraded.
+	req.Observed.Resources = observedFrom(t, running, false)
+	rsp := runTest(t, req)
+	if cm := decodeInto[corev1.ConfigMap](t, rsp.Desired.Resources["scripts"].GetResource()); cm.Data[keyInitialized] != "true" {
+		t.Fatalf("the initialized marker was dropped")
+	}
+	if ph := rsp.Desired.Composite.Resource.Fields["status"].GetStructValue().Fields["phase"].GetStringValue(); ph != phaseDegraded {
+		t.Errorf("phase %s, want %s", ph, phaseDegraded)
+	}
+	// The marker must not roll the pods: the config hash ignores it.
+	if a, b := desiredSTS(t, first).Spec.Template.Annotations, desiredSTS(t, rsp).Spec.Template.Annotations; !cmp.Equal(a, b) {
+		t.Errorf("the initialized marker changed the pod template: %v vs %v", a, b)
+	}
+}
+
+func TestRestoreOnlyAtCreation(t *testing.T) {
+	const restoring = `{version: "17", size: small, restoreFrom: {database: orders-old}}`
+	// At creation: the Job is composed.
+	req := xrRequest(yamlStruct(t, validXR), nil)
+	setSpec(t, req, restoring)
+	rsp := runTest(t, req)
+	if _, ok := rsp.Desired.Resources["restore"]; !ok {
+		t.Fatalf("no restore Job at creation")
+	}
+	job := decodeInto[batchv1.Job](t, rsp.Desired.Resources["restore"].GetResource())
+	vol := job.Spec.Template.Spec.Volumes[0]
+	if vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != "backups-orders-old-0" || !vol.PersistentVolumeClaim.ReadOnly {
+		t.Errorf("the restore Job must mount the source's backups read-only, got %+v", vol)
+	}
+	// Running with the Job observed: kept, Restored True once complete.
+	req.Observed.Resources = observedFrom(t, rsp, true)
+	rsp = runTest(t, req)
+	if _, ok := rsp.Desired.Resources["restore"]; !ok {
+		t.Fatalf("the restore Job was dropped while it exists")
+	}
+	if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE {
+		t.Errorf("want Restored True, got %v", c)
+	}
+	// Set on a Database that was created without it: refused.
+	req = runningRequest(t, validXR)
+	setSpec(t, req, `{version: "16", size: medium, restoreFrom: {database: orders-old}}`)
+	rsp = runTest(t, req)
+	if _, ok := rsp.Desired.Resources["restore"]; ok {
+		t.Fatalf("a restore Job was composed for an existing database")
+	}
+	if c := conditionOf(rsp, condSpecApplied); c.GetReason() != reasonRestoreAfterCreate {
+		t.Errorf("want SpecApplied reason %s, got %v", reasonRestoreAfterCreate, c)
+	}
+}
+
+func TestDeletionPolicy(t *testing.T) {
+	for policy, want := range map[string]appsv1.PersistentVolumeClaimRetentionPolicyType{
+		"":       appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		"Retain": appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		"Delete": appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+	} {
+		req := xrRequest(yamlStruct(t, validXR), nil)
+		spec := `{version: "16", size: small}`
+		if policy != "" {
+			spec = `{version: "16", size: small, deletionPolicy: ` + policy + `}`
+		}
+		setSpec(t, req, spec)
+		sts := desiredSTS(t, runTest(t, req))
+		got := sts.Spec.PersistentVolumeClaimRetentionPolicy
+		if got.WhenDeleted != want || got.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+			t.Errorf("deletionPolicy %q: retention %+v, want whenDeleted %s, whenScaled Retain", policy, got, want)
+		}
+		// The backup volume is a claim template from the start, backups on
+		// or off: templates cannot be added later.
+		names := []string{}
+		for _, c := range sts.Spec.VolumeClaimTemplates {
+			names = append(names, c.Name)
+		}
+		if d := cmp.Diff([]string{"data", "backups"}, names); d != "" {
+			t.Errorf("volume claim templates (-want +got):\n%s", d)
+		}
+	}
+}
+
+func TestLegacyClaim(t *testing.T) {
+	rsp := runTest(t, xrRequest(readYAMLStruct(t, "example/legacy/xr.yaml"), nil))
+	if len(rsp.GetResults()) != 0 {
+		t.Fatalf("unexpected results: %v", rsp.GetResults())
+	}
+	for name, r := range rsp.Desired.Resources {
+		md := r.GetResource().Fields["metadata"].GetStructValue().Fields
+		if ns := md["namespace"].GetStringValue(); ns != "warehouse" {
+			t.Errorf("%s: namespace %q, want the claim's namespace warehouse", name, ns)
+		}
+		if n := md["name"].GetStringValue(); !strings.HasPrefix(n, "inventory") || strings.Contains(n, "8k2xq") {
+			t.Errorf("%s: name %q, want it named after the claim", name, n)
+		}
+	}
+	cd := rsp.Desired.Composite.GetConnectionDetails()
+	if string(cd["username"]) != "inventory" || len(cd["password"]) == 0 || !strings.HasPrefix(string(cd["uri"]), "postgresql://inventory:") {
+		t.Errorf("legacy connection details: %q", cd)
+	}
+}
