@@ -233,4 +233,3 @@ func secretVolume(name, secret string) corev1.Volume {
 		DefaultMode: ptr.To[int32](secretsMode),
 	}}}
 }
-

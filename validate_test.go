@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
@@ -138,5 +137,3 @@ func TestObservedUndecodable(t *testing.T) {
 	}
 	assertFatal(t, "undecodable observed StatefulSet", runTest(t, req), `observed composed resource "statefulset"`)
 }
-
-
