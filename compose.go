@@ -11,12 +11,11 @@ import (
 // composition resource name. Builders are pure; what exists depends only on
 // the spec, the input and the plan.
 func compose(db *database, p *plan) map[resource.Name]any {
-	cm := scriptsConfigMap(db, p)
 	out := map[resource.Name]any{
 		rnCredentials:     credentialsSecret(db, p.Passwords),
 		rnSuperuser:       superuserSecret(db, p.Passwords),
-		rnScripts:         cm,
-		rnStatefulSet:     statefulSet(db, p, configHash(cm)),
+		rnScripts:         scriptsConfigMap(db, p),
+		rnStatefulSet:     statefulSet(db, p, configHash(db)),
 		rnService:         primaryService(db),
 		rnServiceHeadless: headlessService(db),
 	}

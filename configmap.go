@@ -17,8 +17,12 @@ import (
 // entrypoint includes it after its own replication settings.
 const keyPostgresqlConf = "postgresql.conf"
 
-// scriptFiles are the embedded scripts, read once: they are constant.
-var scriptFiles = scripts.Files()
+// scriptFiles are the embedded scripts, read once: they are constant, and so
+// is their digest.
+var (
+	scriptFiles = scripts.Files()
+	scriptsHash = digest(scriptFiles)
+)
 
 // postgresqlConf renders the tier's settings, sorted, one per line.
 func postgresqlConf(db *database) string {
@@ -50,19 +54,21 @@ func scriptsConfigMap(db *database, p *plan) *corev1.ConfigMap {
 	}
 }
 
-// configHash digests what the instances run (scripts and settings, not the
-// initialized marker, which must not restart anything), so that a change
-// rolls the pods.
-func configHash(cm *corev1.ConfigMap) string {
+// configHash digests what the instances run (the scripts and the tier's
+// settings; not the initialized marker, which must not restart anything), so
+// that a change rolls the pods.
+func configHash(db *database) string {
+	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: postgresqlConf(db)})[:16]
+}
+
+// digest is a sha256 over sorted keys and values.
+func digest(m map[string]string) string {
 	h := sha256.New()
-	for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
-		if k == keyInitialized {
-			continue
-		}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		h.Write([]byte(k))
 		h.Write([]byte{0})
-		h.Write([]byte(cm.Data[k]))
+		h.Write([]byte(m[k]))
 		h.Write([]byte{0})
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return hex.EncodeToString(h.Sum(nil))
 }

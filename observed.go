@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,27 +38,82 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 		}
 	}
 	var errs [6]error
-	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials)
-	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser)
-	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts)
-	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet)
-	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup)
-	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore)
+	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
+	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
+	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
+	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
+	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, statusFields)
+	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, statusFields)
 	return o, errors.Join(errs[:]...)
 }
 
-// decodeAs decodes one observed composed resource into its typed kind, or
-// returns nil when Crossplane has not observed it.
+// fields is a projection: the parts of an observed object the function
+// reads. A nil subtree takes the whole value; a projection applied to a list
+// applies to each element. Decoding only these is most of the speed of a
+// request with full observed state (a StatefulSet is hundreds of fields).
+type fields map[string]fields
+
+var (
+	secretFields    = fields{"data": nil}
+	configMapFields = fields{"data": {keyInitialized: nil}}
+	statusFields    = fields{"status": nil}
+	// Every field of the StatefulSet that makePlan, ready and status read.
+	statefulSetFields = fields{
+		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},
+		"spec": {
+			"replicas": nil,
+			"template": {"spec": {"containers": {"name": nil, "image": nil}}},
+			"volumeClaimTemplates": {
+				"metadata": {"name": nil},
+				"spec":     {"resources": nil, "storageClassName": nil},
+			},
+		},
+		"status": nil,
+	}
+)
+
+// project copies the projected parts of s into plain Go values.
+func project(s *structpb.Struct, f fields) map[string]any {
+	out := make(map[string]any, len(f))
+	for k, sub := range f {
+		v, ok := s.GetFields()[k]
+		if !ok {
+			continue
+		}
+		out[k] = projectValue(v, sub)
+	}
+	return out
+}
+
+func projectValue(v *structpb.Value, f fields) any {
+	if f == nil {
+		return v.AsInterface()
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		return project(k.StructValue, f)
+	case *structpb.Value_ListValue:
+		l := make([]any, 0, len(k.ListValue.GetValues()))
+		for _, e := range k.ListValue.GetValues() {
+			l = append(l, projectValue(e, f))
+		}
+		return l
+	}
+	return v.AsInterface()
+}
+
+// decodeAs decodes the projected fields of one observed composed resource
+// into its typed kind, or returns nil when Crossplane has not observed it.
 func decodeAs[T any, PT interface {
 	*T
 	runtime.Object
-}](rs map[string]*fnv1.Resource, name resource.Name) (*T, error) {
+}](rs map[string]*fnv1.Resource, name resource.Name, f fields) (*T, error) {
 	r := rs[string(name)].GetResource()
 	if r == nil {
 		return nil, nil
 	}
 	out := PT(new(T))
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.AsMap(), out); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(project(r, f), out); err != nil {
 		return nil, fmt.Errorf("cannot decode observed composed resource %q: %w", name, err)
 	}
 	return out, nil
