@@ -164,7 +164,10 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 				"the Database has no namespace and no crossplane.io/claim-name and claim-namespace labels: create a namespaced Database, or a claim of the legacy XRD"))
 		}
 	}
-	if db.Name != "" {
+	switch {
+	case db.Name == "" && !db.Legacy:
+		errs = append(errs, field.Required(namePath, "the Database has no name"))
+	case db.Name != "":
 		errs = append(errs, validateName(namePath, db.Name)...)
 	}
 	db.SQLName = strings.ReplaceAll(db.Name, "-", "_")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"maps"
 	"slices"
 	"strings"
@@ -120,7 +121,14 @@ var protectedSettings = map[string]bool{
 	"primary_conninfo": true, "primary_slot_name": true,
 }
 
+// hugeExponent guards ParseQuantity, which takes minutes to reject
+// "1e-999999999" (found by fuzzing): no volume or CPU needs 3 exponent digits.
+var hugeExponent = regexp.MustCompile(`[eE][-+]?[0-9]{3,}`)
+
 func positiveQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorList) {
+	if len(s) > 64 || hugeExponent.MatchString(s) {
+		return resource.Quantity{}, field.ErrorList{field.Invalid(p, s, "must be a Kubernetes quantity, e.g. 500m, 1Gi or 20Gi")}
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return q, field.ErrorList{field.Invalid(p, s, "must be a Kubernetes quantity, e.g. 500m, 1Gi or 20Gi")}

@@ -52,6 +52,8 @@ func TestBadInput(t *testing.T) {
 		"BadStorageSize":    {reason: "a quantity that does not parse", xr: xr(`{version: "16", size: small, storage: {size: "20 gigs"}}`), want: []string{"spec.storage.size", "quantity"}},
 		"ZeroStorage":       {reason: "an empty volume", xr: xr(`{version: "16", size: small, storage: {size: "0"}}`), want: []string{"spec.storage.size", "greater than zero"}},
 		"NegativeStorage":   {reason: "a negative volume", xr: xr(`{version: "16", size: small, storage: {size: "-5Gi"}}`), want: []string{"spec.storage.size", "greater than zero"}},
+		"HugeExponent":      {reason: "a quantity ParseQuantity would take minutes on (found by fuzzing)", xr: xr(`{version: "16", size: small, storage: {size: "1e-999999999"}}`), want: []string{"spec.storage.size", "quantity"}},
+		"NoName":            {reason: "an XR without a name", xr: "apiVersion: example.com/v1\nkind: Database\nmetadata: {namespace: shop}\nspec: {version: \"16\", size: small}", want: []string{"metadata.name: Required value"}},
 		"BadBackupStorage":  {reason: "a backup volume that does not parse", xr: xr(`{version: "16", size: small, backup: {storage: "lots"}}`), want: []string{"spec.backup.storage"}},
 		"BadStorageClass":   {reason: "an invalid class name", xr: xr(`{version: "16", size: small, storage: {storageClassName: "Fast_SSD"}}`), want: []string{"spec.storage.storageClassName"}},
 		"BadDeletionPolicy": {reason: "an unknown deletion policy", xr: xr(`{version: "16", size: small, deletionPolicy: Orphan}`), want: []string{"spec.deletionPolicy", `"Retain", "Delete"`}},
