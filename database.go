@@ -307,10 +307,10 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		if rs.Backup == "" {
 			rs.Backup = restoreLatest
 		}
-		switch {
-		case rs.Database == "":
+		switch rs.Database {
+		case "":
 			errs = append(errs, field.Required(rp.Child("database"), "the name of a Database in the same namespace whose backups to restore"))
-		case rs.Database == db.Name:
+		case db.Name:
 			errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
 		default:
 			errs = append(errs, validateName(rp.Child("database"), rs.Database)...)

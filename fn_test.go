@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -10,34 +9,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
-	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-// requestFromYAML reads a RunFunctionRequest written as YAML.
-func requestFromYAML(t testing.TB, y string) *fnv1.RunFunctionRequest {
-	t.Helper()
-	j, err := yaml.YAMLToJSON([]byte(y))
-	if err != nil {
-		t.Fatalf("YAMLToJSON: %v", err)
-	}
-	req := &fnv1.RunFunctionRequest{}
-	if err := protojson.Unmarshal(j, req); err != nil {
-		t.Fatalf("protojson.Unmarshal: %v", err)
-	}
-	return req
-}
-
-func run(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
-	t.Helper()
-	rsp, err := NewFunction(logging.NewNopLogger()).RunFunction(context.Background(), req)
-	if err != nil {
-		t.Fatalf("RunFunction returned a Go error: %v", err)
-	}
-	return rsp
-}
 
 // responseYAML renders a response as YAML with sorted keys, for golden files.
 func responseYAML(t testing.TB, rsp *fnv1.RunFunctionResponse) []byte {

@@ -1,7 +1,5 @@
 package main
 
-import "maps"
-
 // Recommended Kubernetes labels. The selector uses only name and instance,
 // which never change for a Database; component and version may.
 const (
@@ -40,10 +38,4 @@ func primaryLabels(db *database) map[string]string {
 	l := selectorLabels(db)
 	l[labelPodName] = podName(db, 0)
 	return l
-}
-
-func with(m map[string]string, k, v string) map[string]string {
-	m = maps.Clone(m)
-	m[k] = v
-	return m
 }

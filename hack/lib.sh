@@ -1,0 +1,52 @@
+# Helpers sourced by hack/render.sh, hack/package.sh and hack/push.sh.
+# shellcheck shell=bash
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# tool NAME VAR: the path of a pinned tool. $VAR overrides it; otherwise
+# hack/tools.sh builds it (once, into a cache outside the clone).
+tool() {
+	local name=$1 override=${!2:-}
+	if [ -n "$override" ]; then
+		echo "$override"
+		return
+	fi
+	echo "$("$root/hack/tools.sh" "$name")/$name"
+}
+
+# listening PORT: whether something accepts connections on 127.0.0.1:PORT.
+listening() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port: a loopback port nothing listens on (below the ephemeral range).
+free_port() {
+	local port
+	for _ in $(seq 100); do
+		port=$((20000 + RANDOM % 12000))
+		if ! listening "$port"; then
+			echo "$port"
+			return
+		fi
+	done
+	return 1
+}
+
+# wait_port PORT PID [SECONDS]: waits until 127.0.0.1:PORT accepts
+# connections; fails if process PID exits first or time runs out.
+wait_port() {
+	local port=$1 pid=$2 tries=$((${3:-60} * 10))
+	until listening "$port"; do
+		kill -0 "$pid" 2>/dev/null || return 1
+		tries=$((tries - 1))
+		[ "$tries" -gt 0 ] || return 1
+		sleep 0.1
+	done
+}
+
+# stop PID: stops a background process started by this script.
+stop() {
+	[ -n "${1:-}" ] || return 0
+	kill "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
