@@ -1,0 +1,121 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/resource"
+)
+
+func sts(replicas int32, gen int64, st appsv1.StatefulSetStatus) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Generation: gen},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)},
+		Status:     st,
+	}
+}
+
+func TestStatefulSetReady(t *testing.T) {
+	done := appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3, CurrentRevision: "r2", UpdateRevision: "r2"}
+	cases := map[string]struct {
+		reason string
+		sts    *appsv1.StatefulSet
+		want   int32
+		ready  bool
+	}{
+		"NotObserved":     {"nothing to be ready", nil, 3, false},
+		"AllReady":        {"every instance ready on the current revision", sts(3, 2, done), 3, true},
+		"OldGeneration":   {"the controller has not seen the spec yet", sts(3, 3, done), 3, false},
+		"OneNotReady":     {"an instance not ready", sts(3, 2, func() appsv1.StatefulSetStatus { s := done; s.ReadyReplicas = 2; return s }()), 3, false},
+		"RollingUpdate":   {"a roll in progress", sts(3, 2, func() appsv1.StatefulSetStatus { s := done; s.UpdateRevision = "r3"; return s }()), 3, false},
+		"NotUpdated":      {"instances on the old template", sts(3, 2, func() appsv1.StatefulSetStatus { s := done; s.UpdatedReplicas = 1; return s }()), 3, false},
+		"ScaleNotApplied": {"desired 5 but the observed spec says 3", sts(3, 2, done), 5, false},
+		"ScaledDownLeft":  {"an instance still terminating", sts(3, 2, func() appsv1.StatefulSetStatus { s := done; s.Replicas = 4; return s }()), 3, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := statefulSetReady(tc.sts, tc.want); got != tc.ready {
+				t.Errorf("%s: statefulSetReady = %v, want %v", tc.reason, got, tc.ready)
+			}
+		})
+	}
+}
+
+func TestReady(t *testing.T) {
+	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
+	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}}
+	cases := map[string]struct {
+		name resource.Name
+		o    *observed
+		want fnv1.Ready
+	}{
+		"SecretObserved":      {rnCredentials, &observed{exists: map[resource.Name]bool{rnCredentials: true}}, fnv1.Ready_READY_TRUE},
+		"SecretNotObserved":   {rnCredentials, &observed{exists: map[resource.Name]bool{}}, fnv1.Ready_READY_FALSE},
+		"PDBObserved":         {rnPDB, &observed{exists: map[resource.Name]bool{rnPDB: true}}, fnv1.Ready_READY_TRUE},
+		"CronJobNeverRan":     {rnBackup, &observed{exists: map[resource.Name]bool{rnBackup: true}, Backup: &batchv1.CronJob{}}, fnv1.Ready_READY_TRUE},
+		"RestoreRunning":      {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: &batchv1.Job{}}, fnv1.Ready_READY_FALSE},
+		"RestoreComplete":     {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: complete}, fnv1.Ready_READY_TRUE},
+		"RestoreFailed":       {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: failed}, fnv1.Ready_READY_FALSE},
+		"StatefulSetStarting": {rnStatefulSet, &observed{exists: map[resource.Name]bool{rnStatefulSet: true}, StatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1})}, fnv1.Ready_READY_FALSE},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := ready(tc.name, tc.o, 2); got != tc.want {
+				t.Errorf("ready(%s) = %v, want %v", tc.name, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackupCondition(t *testing.T) {
+	at := func(s string) *metav1.Time {
+		tm, err := time3339(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	on := &database{Name: "orders", Backup: backup{Enabled: true, Schedule: "0 2 * * *"}}
+	cj := func(sched, succ *metav1.Time, active int) *batchv1.CronJob {
+		c := &batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: sched, LastSuccessfulTime: succ}}
+		for range active {
+			c.Status.Active = append(c.Status.Active, corev1.ObjectReference{Name: "job"})
+		}
+		return c
+	}
+	cases := map[string]struct {
+		db   *database
+		cj   *batchv1.CronJob
+		want condition
+	}{
+		"Disabled":    {&database{}, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupDisabled", "spec.backup.enabled is false: no backups are taken"}},
+		"NotObserved": {on, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
+		"NeverRan":    {on, cj(nil, nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
+		"Succeeded":   {on, cj(at("2026-11-28T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at 2026-11-28T02:03:00Z"}},
+		"Running":     {on, cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 1), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at 2026-11-29T02:00:00Z is running"}},
+		"Failed": {on, cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
+			"the backup scheduled at 2026-11-29T02:00:00Z has not succeeded; last success at 2026-11-28T02:03:00Z; see the jobs of CronJob orders-backup"}},
+		"NeverSucceeded": {on, cj(at("2026-11-29T02:00:00Z"), nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
+			"the backup scheduled at 2026-11-29T02:00:00Z has not succeeded and no backup ever has; see the jobs of CronJob orders-backup"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, backupCondition(tc.db, tc.cj)); d != "" {
+				t.Errorf("backupCondition (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func time3339(s string) (*metav1.Time, error) {
+	var tm metav1.Time
+	err := tm.UnmarshalQueryParameter(s)
+	return &tm, err
+}
