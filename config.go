@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"regexp"
 	"slices"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -35,6 +37,43 @@ type config struct {
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
+}
+
+// configCache holds resolved inputs by their deterministic encoding: a
+// Composition's input is the same on every call, and resolving it (tiers,
+// quantities) is a fifth of a small request. Bounded, so that it cannot grow
+// with the number of requests.
+type configCache struct {
+	mu sync.Mutex
+	m  map[string]*config
+}
+
+const maxCachedConfigs = 64
+
+func (c *configCache) get(s *structpb.Struct) (*config, field.ErrorList) {
+	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
+	if err != nil {
+		return parseInput(s)
+	}
+	c.mu.Lock()
+	cfg, ok := c.m[string(key)]
+	c.mu.Unlock()
+	if ok {
+		return cfg, nil
+	}
+	cfg, errs := parseInput(s)
+	if len(errs) > 0 {
+		return cfg, errs
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]*config, maxCachedConfigs)
+	}
+	if len(c.m) < maxCachedConfigs {
+		c.m[string(key)] = cfg
+	}
+	c.mu.Unlock()
+	return cfg, nil
 }
 
 // parseInput decodes the Composition step's input strictly (an unknown field

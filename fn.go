@@ -20,7 +20,8 @@ import (
 type Function struct {
 	fnv1.UnimplementedFunctionRunnerServiceServer
 
-	log logging.Logger
+	log     logging.Logger
+	configs configCache
 	// password generates a new password; crypto/rand outside tests.
 	password func() string
 }
@@ -50,7 +51,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	log := f.log.WithValues("xr-name", stringAt(xr, "metadata", "name"), "xr-namespace", stringAt(xr, "metadata", "namespace"))
 
-	cfg, errs := parseInput(req.GetInput())
+	cfg, errs := f.configs.get(req.GetInput())
 	if len(errs) > 0 {
 		response.Fatal(rsp, invalid("function input", errs))
 		return rsp, nil

@@ -147,6 +147,6 @@ func superuserSecret(db *database, pw passwords) *corev1.Secret {
 
 // pgpassEscape escapes ':' and '\' as the pgpass format requires; a password
 // read back from a Secret a user edited may contain them.
-func pgpassEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s)
-}
+func pgpassEscape(s string) string { return pgpassEscaper.Replace(s) }
+
+var pgpassEscaper = strings.NewReplacer(`\`, `\\`, `:`, `\:`)
