@@ -115,6 +115,10 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 	}
 }
 
+// restoreRefused is restore.sh's exit code for a database that already holds
+// user tables.
+const restoreRefused = 3
+
 func claimVolume(name, claim string, readOnly bool) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly},
@@ -143,6 +147,14 @@ func restoreJob(db *database, p *plan) *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			// The script waits for the new primary; retries cover a slow start.
 			BackoffLimit: ptr.To[int32](6),
+			// Exit 3 is a refusal (the database already holds tables): final,
+			// retrying cannot change it.
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action: batchv1.PodFailurePolicyActionFailJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					ContainerName: ptr.To(containerRestore), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{restoreRefused},
+				},
+			}}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentRestore)},
 				Spec: podSpecDefaults(corev1.PodSpec{

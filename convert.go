@@ -171,7 +171,7 @@ func encode(v reflect.Value) (*structpb.Value, bool, error) {
 		if v.IsZero() {
 			return nil, false, nil
 		}
-		if v.Type().Implements(typeMarshal) || reflect.PointerTo(v.Type()).Implements(typeMarshal) {
+		if marshalsJSON(v.Type()) {
 			return encodeJSON(v)
 		}
 		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
@@ -230,7 +230,20 @@ func hasSpecialEncoding(t reflect.Type) bool {
 	case typeTime, typeQuantity, typeIntOrStr:
 		return true
 	}
-	return t.Implements(typeMarshal) || reflect.PointerTo(t).Implements(typeMarshal)
+	return marshalsJSON(t)
+}
+
+var marshalerCache sync.Map // reflect.Type -> bool
+
+// marshalsJSON reports whether t has its own JSON form, cached per type:
+// reflect's Implements is a costly method-set walk.
+func marshalsJSON(t reflect.Type) bool {
+	if m, ok := marshalerCache.Load(t); ok {
+		return m.(bool) //nolint:forcetypeassert // only bools are stored
+	}
+	m := t.Implements(typeMarshal) || reflect.PointerTo(t).Implements(typeMarshal)
+	marshalerCache.Store(t, m)
+	return m
 }
 
 // encodeJSON handles the rare type with its own JSON form that toStruct does

@@ -47,7 +47,7 @@ done
 
 # A name sortable by time; never reuse an existing one.
 for _ in 1 2 3 4 5; do
-	base="$DATABASE-$(date -u +%Y%m%dT%H%M%SZ)"
+	base="$DATABASE-$(utc_stamp)"
 	[[ -e $BACKUP_DIR/$base.dump || -e $BACKUP_DIR/$base.globals.sql || -e $BACKUP_DIR/$base.sha256 ]] || break
 	sleep 1
 done
@@ -66,6 +66,8 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
+# A deleted Job pod gets SIGTERM: clean up as on any failure.
+trap 'exit 143' TERM INT
 mkdir "$tmp"
 
 log "step 1/7 dump: pg_dump -Fc of database $DB_NAME from ${PGHOST}:${PGPORT:-5432} as $base"

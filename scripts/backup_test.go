@@ -26,11 +26,11 @@ func TestBackupRestore(t *testing.T) {
 	dst := newCluster(t, tl, root, "orders-v2")
 	sp := src.instance(0)
 	dp := dst.instance(0)
-	sp.start()
-	sp.waitReady(120 * time.Second)
+	sp.start(t)
+	sp.waitReady(t, 120*time.Second)
 
 	const rows = 1000 + 100000
-	src.appSQL(sp, `
+	src.appSQL(t, sp, `
 		CREATE TABLE customers(id serial PRIMARY KEY, name text NOT NULL, email text UNIQUE);
 		CREATE TABLE orders(id bigserial PRIMARY KEY, customer_id int NOT NULL REFERENCES customers,
 			amount numeric(10,2) NOT NULL, note text, created timestamptz NOT NULL);
@@ -42,9 +42,7 @@ func TestBackupRestore(t *testing.T) {
 			SELECT 1 + g % 1000, (g % 99991) / 100.0, CASE WHEN g % 7 = 0 THEN NULL ELSE 'note ✓ ' || g END,
 				timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute'
 			FROM generate_series(1, 100000) g;`)
-	src.superSQL(sp, "postgres", "CREATE DATABASE tiny")
-	src.superSQL(sp, "tiny", "CREATE TABLE t(id int); INSERT INTO t SELECT generate_series(1, 10)")
-	srcSums := src.tableChecksums(sp, src.db)
+	srcSums := src.tableChecksums(t, sp, src.db)
 	if len(srcSums) != 2 {
 		t.Fatalf("source tables: %v", srcSums)
 	}
@@ -52,13 +50,13 @@ func TestBackupRestore(t *testing.T) {
 	backups := tl.mkdir(t, filepath.Join(root, "backups"))
 	backupEnv := func(dir, db, prefix string, retention int, extra ...string) []string {
 		env := append(tl.baseEnv(root),
-			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(sp.port), "PGUSER="+src.su, "PGPASSWORD="+src.secret("superuser", "password"),
+			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(sp.port), "PGUSER="+src.su, "PGPASSWORD="+src.secret(t, "superuser", "password"),
 			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix)
 		return append(env, extra...)
 	}
 	restoreEnv := func(c *cluster, in *instance, db, backup string, extra ...string) []string {
 		env := append(tl.baseEnv(root),
-			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(in.port), "PGUSER="+c.su, "PGPASSWORD="+c.secret("superuser", "password"),
+			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(in.port), "PGUSER="+c.su, "PGPASSWORD="+c.secret(t, "superuser", "password"),
 			"DB_NAME="+db, "APP_USER="+c.app, "RESTORE_DIR="+backups, "RESTORE_BACKUP="+backup, "RESTORE_SOURCE=orders",
 			"RESTORE_WAIT_SECONDS=120", "RETRY_INTERVAL=1")
 		return append(env, extra...)
@@ -94,18 +92,19 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	t.Run("restore waits for the server, then round trip", func(t *testing.T) {
-		dp.start() // bootstraps while restore.sh is already waiting
+		dp.start(t) // bootstraps while restore.sh is already waiting
 		start := time.Now()
 		out, err := dst.script(5*time.Minute, restoreEnv(dst, dp, dst.db, "latest"), Restore)
 		if err != nil {
 			t.Fatalf("restore: %v\n%s", err, out)
 		}
-		t.Logf("timing: restore of %d rows, including the wait for the new server's bootstrap, in %v", rows, time.Since(start).Round(time.Millisecond))
+		t.Logf("timing: restore job of %d rows, including its wait for the new server's bootstrap, in %v; the script says: %s; %s",
+			rows, time.Since(start).Round(time.Millisecond), grepLine(out, "server reachable after"), grepLine(out, "pg_restore done in"))
 		last := lastLine(out)
 		if !strings.HasPrefix(last, "restore: SUCCESS: restored backup "+first+" of orders") {
 			t.Errorf("final line: %q", last)
 		}
-		if got := dst.tableChecksums(dp, dst.db); fmt.Sprint(got) != fmt.Sprint(srcSums) {
+		if got := dst.tableChecksums(t, dp, dst.db); fmt.Sprint(got) != fmt.Sprint(srcSums) {
 			t.Errorf("restored tables:\n%v\nwant\n%v", got, srcSums)
 		}
 		for _, tc := range []struct{ name, sql, want string }{
@@ -114,20 +113,20 @@ func TestBackupRestore(t *testing.T) {
 			{"sequence continues", "INSERT INTO customers(name) VALUES ('new') RETURNING id", "1001"},
 			{"comment", "SELECT obj_description('orders'::regclass)", "Grüße ✓"},
 		} {
-			if got := dst.appSQL(dp, tc.sql); got != tc.want {
+			if got := dst.appSQL(t, dp, tc.sql); got != tc.want {
 				t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 			}
 		}
-		dst.appSQL(dp, "DELETE FROM customers WHERE id = 1001")
+		dst.appSQL(t, dp, "DELETE FROM customers WHERE id = 1001")
 	})
 
 	t.Run("a second run of the job is a no-op", func(t *testing.T) {
-		before := dst.tableChecksums(dp, dst.db)
+		before := dst.tableChecksums(t, dp, dst.db)
 		out, err := dst.script(2*time.Minute, restoreEnv(dst, dp, dst.db, "latest"), Restore)
 		if err != nil || !strings.Contains(lastLine(out), "already restored") {
 			t.Errorf("rerun: %v\n%s", err, out)
 		}
-		if got := dst.tableChecksums(dp, dst.db); fmt.Sprint(got) != fmt.Sprint(before) {
+		if got := dst.tableChecksums(t, dp, dst.db); fmt.Sprint(got) != fmt.Sprint(before) {
 			t.Errorf("rerun changed data")
 		}
 	})
@@ -140,7 +139,7 @@ func TestBackupRestore(t *testing.T) {
 		if last := lastLine(out); !strings.Contains(last, "REFUSED") || !strings.Contains(last, "already holds 2 user table(s)") {
 			t.Errorf("final line: %q", last)
 		}
-		if got := src.tableChecksums(sp, src.db); fmt.Sprint(got) != fmt.Sprint(srcSums) {
+		if got := src.tableChecksums(t, sp, src.db); fmt.Sprint(got) != fmt.Sprint(srcSums) {
 			t.Errorf("refused restore changed data")
 		}
 	})
@@ -196,12 +195,12 @@ func TestBackupRestore(t *testing.T) {
 					t.Errorf("latest did not skip %s (%s):\n%s", base, tc.wantErr, out)
 				}
 				// Named explicitly: refused clearly, nothing restored.
-				dst.superSQL(dp, "postgres", fmt.Sprintf("CREATE DATABASE scratch%d OWNER %s", i, dst.app))
+				dst.superSQL(t, dp, "postgres", fmt.Sprintf("CREATE DATABASE scratch%d OWNER %s", i, dst.app))
 				out, err := dst.script(2*time.Minute, restoreEnv(dst, dp, fmt.Sprintf("scratch%d", i), base+".dump"), Restore)
 				if err == nil || !strings.Contains(lastLine(out), "does not verify") {
 					t.Errorf("explicit restore of a bad backup: %v\n%s", err, out)
 				}
-				if got := dst.tableChecksums(dp, fmt.Sprintf("scratch%d", i)); len(got) != 0 {
+				if got := dst.tableChecksums(t, dp, fmt.Sprintf("scratch%d", i)); len(got) != 0 {
 					t.Errorf("bad backup restored tables: %v", got)
 				}
 			})
@@ -213,15 +212,34 @@ func TestBackupRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer removeBackup(backups, base)
-		dst.superSQL(dp, "postgres", "CREATE DATABASE scratch_latest OWNER "+dst.app)
+		dst.superSQL(t, dp, "postgres", "CREATE DATABASE scratch_latest OWNER "+dst.app)
 		out, err := dst.script(3*time.Minute, restoreEnv(dst, dp, "scratch_latest", "latest"), Restore)
 		if err != nil || !strings.Contains(lastLine(out), "restored backup "+first) {
 			t.Errorf("latest with a bad newer backup: %v\n%s", err, out)
 		}
-		if got := dst.tableChecksums(dp, "scratch_latest"); fmt.Sprint(got) != fmt.Sprint(srcSums) {
+		if got := dst.tableChecksums(t, dp, "scratch_latest"); fmt.Sprint(got) != fmt.Sprint(srcSums) {
 			t.Errorf("restored tables differ")
 		}
 	})
+}
+
+// TestBackupRetention: many backups with a small retention, a backup gone
+// bad, leftovers of a killed run, and backups that fail.
+func TestBackupRetention(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	src := newCluster(t, tl, root, "tiny")
+	sp := src.instance(0)
+	sp.start(t)
+	sp.waitReady(t, 120*time.Second)
+	src.appSQL(t, sp, "CREATE TABLE t(id int); INSERT INTO t SELECT generate_series(1, 10)")
+	backupEnv := func(dir, db, prefix string, retention int, extra ...string) []string {
+		env := append(tl.baseEnv(root),
+			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(sp.port), "PGUSER="+src.su, "PGPASSWORD="+src.secret(t, "superuser", "password"),
+			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix)
+		return append(env, extra...)
+	}
 
 	ret := tl.mkdir(t, filepath.Join(root, "retention"))
 	t.Run("retention keeps the newest good backups", func(t *testing.T) {
@@ -239,10 +257,13 @@ func TestBackupRestore(t *testing.T) {
 			t.Errorf("after 10 backups: %v, want %v", got, want)
 		}
 		// The newest one goes bad: the next run keeps 3 good ones and drops
-		// the bad one.
+		// the bad one. A run killed earlier left its temporary directory: the
+		// next run removes it.
 		if err := os.Truncate(filepath.Join(ret, made[9]+".dump"), 100); err != nil {
 			t.Fatal(err)
 		}
+		partial := tl.mkdir(t, filepath.Join(ret, ".partial-tiny-20000101T000000Z"))
+		writeFile(t, filepath.Join(partial, "tiny-20000101T000000Z.dump"), "half a dump")
 		base, out, err := runBackup(src, backupEnv(ret, "tiny", "tiny", 3))
 		if err != nil {
 			t.Fatalf("backup: %v\n%s", err, out)
@@ -252,6 +273,9 @@ func TestBackupRestore(t *testing.T) {
 		}
 		for _, b := range backupSets(t, ret) {
 			checkSums(t, ret, b)
+		}
+		if _, err := os.Stat(partial); err == nil || !strings.Contains(out, "leftovers of an interrupted run") {
+			t.Errorf("leftovers of a killed run not removed (%v):\n%s", err, out)
 		}
 	})
 
@@ -264,7 +288,7 @@ func TestBackupRestore(t *testing.T) {
 			{"database missing", backupEnv(ret, "nope", "tiny", 3), nil},
 			{"wrong password", backupEnv(ret, "tiny", "tiny", 3, "PGPASSWORD=wrong"), nil},
 			{"retention 0", backupEnv(ret, "tiny", "tiny", 0), nil},
-			{"server down", backupEnv(ret, "tiny", "tiny", 1), func() { sp.stop() }},
+			{"server down", backupEnv(ret, "tiny", "tiny", 1), func() { sp.stop(t) }},
 		} {
 			if tc.setup != nil {
 				tc.setup()
@@ -308,6 +332,16 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// grepLine: the first line of s containing want, without its timestamp.
+func grepLine(s, want string) string {
+	for _, line := range strings.Split(s, "\n") {
+		if i := strings.Index(line, want); i >= 0 {
+			return line[i:]
+		}
+	}
+	return "(no " + want + ")"
 }
 
 func lastLine(s string) string {

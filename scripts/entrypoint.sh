@@ -37,13 +37,43 @@ ordinal=$(pod_ordinal)
 superuser=''
 read_file_into superuser "$ADMIN_SECRET_DIR/username" || die "superuser name missing"
 
-# sleep_interruptibly SECONDS: sleep that lets the TERM trap run at once.
-sleep_interruptibly() {
-	sleep "$1" &
-	wait $! || true
+# kill_descendants PID: SIGTERM to every descendant of PID (found in /proc).
+kill_descendants() {
+	local pid=$1 proc stat ppid
+	for proc in /proc/[0-9]*; do
+		{ read -r stat <"$proc/stat"; } 2>/dev/null || continue
+		stat=${stat##*) } # the fields after "pid (comm) ": state ppid ...
+		ppid=${stat#* }
+		ppid=${ppid%% *}
+		if [[ $ppid == "$pid" ]]; then
+			kill_descendants "${proc#/proc/}"
+			kill -TERM "${proc#/proc/}" 2>/dev/null || true
+		fi
+	done
 }
 
-trap 'log "terminated"; exit 0' TERM INT
+# SIGTERM (pod deletion) ends a hold or a clone at once. The clone is left
+# without its completion marker, so the next start redoes it; its processes
+# go too (pg_basebackup forks a WAL streamer that would outlive it).
+on_term() {
+	trap '' TERM INT
+	log "terminated"
+	kill_descendants "$$"
+	exit 0
+}
+trap on_term TERM INT
+
+# run_child CMD...: run CMD in the background and wait for it, so that the
+# TERM trap runs while it is running.
+run_child() {
+	"$@" &
+	wait "$!"
+}
+
+# sleep_interruptibly SECONDS: sleep that lets the TERM trap run at once.
+sleep_interruptibly() {
+	run_child sleep "$1" || true
+}
 
 # hold REASON...: stay up without postgres: unready (probe.sh ready fails),
 # alive (probe.sh live succeeds), until the pod is deleted or restarted.
@@ -235,7 +265,7 @@ clone_once() {
 		return 1
 	}
 	log "cloning the primary $PRIMARY_HOST:$PRIMARY_PORT into $PGDATA (slot $slot)"
-	pg_basebackup --pgdata="$PGDATA" --dbname="$conninfo" --wal-method=stream --write-recovery-conf \
+	run_child pg_basebackup --pgdata="$PGDATA" --dbname="$conninfo" --wal-method=stream --write-recovery-conf \
 		--slot="$slot" --checkpoint=fast --no-password "${rate[@]}" >&2 || {
 		log "pg_basebackup failed"
 		return 1

@@ -233,32 +233,34 @@ func newCluster(t *testing.T, tl *tools, root, name string) *cluster {
 	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), testTier)
 	c.appSec = tl.mkdir(t, filepath.Join(c.root, "secret-app"))
 	c.adminSec = tl.mkdir(t, filepath.Join(c.root, "secret-superuser"))
-	c.setSecret("app", "username", c.app)
-	c.setSecret("app", "password", appPassword)
-	c.setSecret("superuser", "username", c.su)
-	c.setSecret("superuser", "password", suPassword)
-	c.setSecret("superuser", "replication-username", c.repl)
-	c.setSecret("superuser", "replication-password", replPassword)
+	c.setSecret(t, "app", "username", c.app)
+	c.setSecret(t, "app", "password", appPassword)
+	c.setSecret(t, "superuser", "username", c.su)
+	c.setSecret(t, "superuser", "password", suPassword)
+	c.setSecret(t, "superuser", "replication-username", c.repl)
+	c.setSecret(t, "superuser", "replication-password", replPassword)
 	return c
 }
 
 // setSecret replaces a mounted secret file atomically (as the kubelet does).
-func (c *cluster) setSecret(secret, key, value string) {
+func (c *cluster) setSecret(t *testing.T, secret, key, value string) {
+	t.Helper()
 	dir := c.appSec
 	if secret == "superuser" {
 		dir = c.adminSec
 	}
-	writeFile(c.t, filepath.Join(dir, key), value)
+	writeFile(t, filepath.Join(dir, key), value)
 }
 
-func (c *cluster) secret(secret, key string) string {
+func (c *cluster) secret(t *testing.T, secret, key string) string {
+	t.Helper()
 	dir := c.appSec
 	if secret == "superuser" {
 		dir = c.adminSec
 	}
 	b, err := os.ReadFile(filepath.Join(dir, key))
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return string(b)
 }
@@ -341,8 +343,8 @@ func (in *instance) env(extra ...string) []string {
 }
 
 // start runs entrypoint.sh (in the background) with the pod's environment.
-func (in *instance) start(extra ...string) {
-	t := in.c.t
+func (in *instance) start(t *testing.T, extra ...string) {
+	t.Helper()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.cmd != nil {
@@ -434,8 +436,7 @@ func (in *instance) pgctl(args ...string) error {
 
 // stop shuts postgres down cleanly (as the kubelet's SIGTERM would with
 // -m fast) and waits for the container process to end.
-func (in *instance) stop() {
-	t := in.c.t
+func (in *instance) stop(t *testing.T) {
 	t.Helper()
 	if err := in.pgctl("stop", "-m", "fast", "-w"); err != nil {
 		t.Fatal(err)
@@ -458,15 +459,54 @@ func (in *instance) signal(sig syscall.Signal) {
 	}
 }
 
-// kill is a container kill: SIGKILL to the process group, then pg_ctl stop
-// -m immediate for any server that escaped it (pg_ctl starts servers in a
-// session of their own).
+// terminate sends SIGTERM to the entrypoint process only (as the kubelet
+// does to a container's main process).
+func (in *instance) terminate() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cmd != nil && in.cmd.Process != nil {
+		_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+// groupLeft lists the processes left in the entrypoint's process group.
+func (in *instance) groupLeft() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cmd == nil || in.cmd.Process == nil {
+		return nil
+	}
+	pgid := strconv.Itoa(in.cmd.Process.Pid)
+	var left []string
+	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndex(s, ") ")
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+2:]) // state ppid pgrp ...
+		if len(fields) > 2 && fields[2] == pgid {
+			cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+			left = append(left, s[:i+1]+" "+fields[0]+" ppid "+fields[1]+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return left
+}
+
+// kill is a container kill: pg_ctl stop -m immediate for a running server
+// (also one that pg_ctl started in a session of its own during bootstrap),
+// then SIGKILL to whatever is left in the entrypoint's process group.
 func (in *instance) kill() {
-	in.signal(syscall.SIGKILL)
-	_ = in.waitExit(30 * time.Second)
 	if _, err := os.Stat(filepath.Join(in.pgdata, "postmaster.pid")); err == nil {
 		_ = in.pgctl("stop", "-m", "immediate", "-w")
 	}
+	in.signal(syscall.SIGKILL)
+	_ = in.waitExit(30 * time.Second)
 }
 
 // script runs one of the scripts with env, as the postgres user.
@@ -488,8 +528,7 @@ func (in *instance) probe(mode string) error {
 }
 
 // waitReady polls probe.sh ready (as the kubelet would).
-func (in *instance) waitReady(timeout time.Duration) time.Duration {
-	t := in.c.t
+func (in *instance) waitReady(t *testing.T, timeout time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
@@ -503,7 +542,7 @@ func (in *instance) waitReady(timeout time.Duration) time.Duration {
 		if time.Since(start) > timeout {
 			t.Fatalf("%s: not ready after %v: %v\n%s", in.pod, timeout, err, tail(in.lastLog(), 40))
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -519,49 +558,53 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error
 		if time.Since(start) > timeout {
 			t.Fatalf("%s: not after %v: %v", what, timeout, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
 // psql runs SQL over TCP on 127.0.0.1:port as user with password.
 func (c *cluster) psql(port int, user, password, db, sql string) (string, error) {
+	return c.psqlConn(fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s", port, user, db), password, sql)
+}
+
+// psqlConn runs SQL with a libpq connection string and a password.
+func (c *cluster) psqlConn(conn, password, sql string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	env := append(c.tl.baseEnv(c.root), "PGPASSWORD="+password, "PGCONNECT_TIMEOUT=10")
-	conn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s", port, user, db)
 	cmd := c.tl.command(ctx, c.root, env, filepath.Join(c.tl.bin, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", conn, "-c", sql)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("psql %s@%d/%s: %v: %s", user, port, db, err, out)
+		return string(out), fmt.Errorf("psql %s: %v: %s", conn, err, out)
 	}
 	return strings.TrimRight(string(out), "\n"), nil
 }
 
 // superSQL runs SQL as the superuser; fails the test on error.
-func (c *cluster) superSQL(in *instance, db, sql string) string {
-	c.t.Helper()
-	out, err := c.psql(in.port, c.su, c.secret("superuser", "password"), db, sql)
+func (c *cluster) superSQL(t *testing.T, in *instance, db, sql string) string {
+	t.Helper()
+	out, err := c.psql(in.port, c.su, c.secret(t, "superuser", "password"), db, sql)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return out
 }
 
 // appSQL runs SQL as the app role in its database; fails the test on error.
-func (c *cluster) appSQL(in *instance, sql string) string {
-	c.t.Helper()
-	out, err := c.psql(in.port, c.app, c.secret("app", "password"), c.db, sql)
+func (c *cluster) appSQL(t *testing.T, in *instance, sql string) string {
+	t.Helper()
+	out, err := c.psql(in.port, c.app, c.secret(t, "app", "password"), c.db, sql)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return out
 }
 
 // tableChecksums: table → "rows:md5 of all rows in order", for every user
 // table of db.
-func (c *cluster) tableChecksums(in *instance, db string) map[string]string {
-	c.t.Helper()
-	tables := c.superSQL(in, db, `SELECT quote_ident(n.nspname)||'.'||quote_ident(c.relname) FROM pg_class c
+func (c *cluster) tableChecksums(t *testing.T, in *instance, db string) map[string]string {
+	t.Helper()
+	tables := c.superSQL(t, in, db, `SELECT quote_ident(n.nspname)||'.'||quote_ident(c.relname) FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r','p') AND n.nspname NOT IN ('pg_catalog','information_schema') AND n.nspname NOT LIKE 'pg_toast%'
 		ORDER BY 1`)
@@ -570,7 +613,7 @@ func (c *cluster) tableChecksums(in *instance, db string) map[string]string {
 		return out
 	}
 	for _, table := range strings.Split(tables, "\n") {
-		out[table] = c.superSQL(in, db, fmt.Sprintf(
+		out[table] = c.superSQL(t, in, db, fmt.Sprintf(
 			`SELECT count(*)||':'||coalesce(md5(string_agg(t::text, E'\n' ORDER BY t::text)), '') FROM %s t`, table))
 	}
 	return out
@@ -597,3 +640,38 @@ func dirSize(path string) int64 {
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
+
+// watchArgs samples the command line of every process on the machine until
+// the returned stop is called, which returns the command lines that contained
+// one of the secrets (none, if no script passes a password as an argument).
+func watchArgs(secrets ...string) (stop func() []string) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	var seen []string
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range paths {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					continue
+				}
+				for _, s := range secrets {
+					if strings.Contains(string(b), s) {
+						seen = append(seen, strings.ReplaceAll(string(b), "\x00", " "))
+					}
+				}
+			}
+		}
+	}()
+	return func() []string {
+		close(done)
+		<-finished
+		return seen
+	}
+}

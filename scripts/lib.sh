@@ -7,9 +7,17 @@
 # Nothing here prints a password or passes one as a process argument: secrets
 # are read with bash builtins and written to pipes or 0600 files only.
 
-# log MESSAGE...: one line on stderr, UTC timestamp and the script's tag.
+# log MESSAGE...: one line on stderr, UTC timestamp and the script's tag
+# (bash's printf %()T: no process per line).
 log() {
-	printf '%s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${LOG_TAG:-database}" "$*" >&2
+	local TZ=UTC
+	printf '%(%Y-%m-%dT%H:%M:%SZ)T %s: %s\n' -1 "${LOG_TAG:-database}" "$*" >&2
+}
+
+# utc_stamp: the current UTC time as YYYYmmddTHHMMSSZ.
+utc_stamp() {
+	local TZ=UTC
+	printf '%(%Y%m%dT%H%M%SZ)T\n' -1
 }
 
 # die MESSAGE...: log and exit 1.

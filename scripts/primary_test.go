@@ -25,9 +25,18 @@ func TestPrimary(t *testing.T) {
 	writeFile(t, filepath.Join(p.pgdata, "PG_VERSION"), "15\n")
 	tl.mkdir(t, filepath.Join(p.pgdata, "base"))
 
+	const newAppPassword, newSuPassword = `n3w'app:pa\ss$(x)`, `n3w'super:pa\ss "x"`
+	stopWatch := watchArgs(appPassword, suPassword, replPassword, newAppPassword, newSuPassword)
+	watching := true
+	defer func() {
+		if watching {
+			stopWatch()
+		}
+	}()
+
 	start := time.Now()
-	p.start()
-	p.waitReady(120 * time.Second)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
 	t.Logf("primary bootstrap (initdb + roles + database) ready in %v", time.Since(start).Round(time.Millisecond))
 	if got := p.lastLog(); !strings.Contains(got, "unfinished bootstrap") {
 		t.Errorf("entrypoint log does not say it started over an unfinished bootstrap:\n%s", tail(got, 20))
@@ -55,11 +64,11 @@ func TestPrimary(t *testing.T) {
 			{"remote is scram", "postgres", "SELECT string_agg(DISTINCT auth_method, ',') FROM pg_hba_file_rules WHERE type = 'host'", "scram-sha-256"},
 			{"socket only for the superuser", "postgres", "SELECT string_agg(array_to_string(user_name, ',')||':'||auth_method, ';') FROM pg_hba_file_rules WHERE type = 'local'", "postgres:peer"},
 		} {
-			if got := c.superSQL(p, tc.db, tc.sql); got != tc.want {
+			if got := c.superSQL(t, p, tc.db, tc.sql); got != tc.want {
 				t.Errorf("%s: %s = %q, want %q", tc.name, tc.sql, got, tc.want)
 			}
 		}
-		c.appSQL(p, "CREATE TABLE notes(id int primary key, body text); INSERT INTO notes VALUES (1, 'kept')")
+		c.appSQL(t, p, "CREATE TABLE notes(id int primary key, body text); INSERT INTO notes VALUES (1, 'kept')")
 		for _, tc := range []struct {
 			name, user, password, db, wantErr string
 		}{
@@ -82,11 +91,11 @@ func TestPrimary(t *testing.T) {
 		for _, tc := range []struct {
 			secret, key, user, db, newPassword string
 		}{
-			{"app", "password", c.app, c.db, `n3w'app:pa\ss$(x)`},
-			{"superuser", "password", c.su, "postgres", `n3w'super:pa\ss "x"`},
+			{"app", "password", c.app, c.db, newAppPassword},
+			{"superuser", "password", c.su, "postgres", newSuPassword},
 		} {
-			old := c.secret(tc.secret, tc.key)
-			c.setSecret(tc.secret, tc.key, tc.newPassword)
+			old := c.secret(t, tc.secret, tc.key)
+			c.setSecret(t, tc.secret, tc.key, tc.newPassword)
 			took := waitFor(t, 30*time.Second, tc.user+" logs in with the new password", func() error {
 				_, err := c.psql(p.port, tc.user, tc.newPassword, tc.db, "SELECT 1")
 				return err
@@ -96,11 +105,15 @@ func TestPrimary(t *testing.T) {
 				t.Errorf("%s: old password: got %v, want refused", tc.user, err)
 			}
 		}
-		if got := c.appSQL(p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
+		if got := c.appSQL(t, p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
 			t.Errorf("data after password change: %q", got)
 		}
+		watching = false
+		if seen := stopWatch(); len(seen) > 0 {
+			t.Errorf("passwords in process arguments: %q", seen)
+		}
 		logs := sync.log() + p.logs()
-		for _, pw := range []string{appPassword, suPassword, replPassword, c.secret("app", "password"), c.secret("superuser", "password")} {
+		for _, pw := range []string{appPassword, suPassword, replPassword, c.secret(t, "app", "password"), c.secret(t, "superuser", "password")} {
 			if strings.Contains(logs, pw) {
 				t.Errorf("a password appears in the logs")
 			}
@@ -109,13 +122,13 @@ func TestPrimary(t *testing.T) {
 
 	t.Run("restart keeps data once initialized", func(t *testing.T) {
 		writeFile(t, filepath.Join(c.scripts, "initialized"), "true\n")
-		p.stop()
+		p.stop(t)
 		if err := p.probe("live"); err == nil {
 			t.Errorf("live probe succeeded with postgres down and nothing held")
 		}
-		p.start()
-		p.waitReady(60 * time.Second)
-		if got := c.appSQL(p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
+		p.start(t)
+		p.waitReady(t, 60*time.Second)
+		if got := c.appSQL(t, p, "SELECT body FROM notes WHERE id = 1"); got != "kept" {
 			t.Errorf("data after restart: %q", got)
 		}
 		if strings.Contains(p.lastLog(), "initialising") {
@@ -124,11 +137,11 @@ func TestPrimary(t *testing.T) {
 	})
 
 	t.Run("empty data directory after initialized holds", func(t *testing.T) {
-		p.stop()
+		p.stop(t)
 		if err := os.RemoveAll(p.pgdata); err != nil {
 			t.Fatal(err)
 		}
-		p.start()
+		p.start(t)
 		waitFor(t, 30*time.Second, "hold", func() error { return containsErr(p.lastLog(), "HOLDING") })
 		// Give it time to do something wrong.
 		time.Sleep(2 * time.Second)
@@ -175,7 +188,7 @@ func TestPrimary(t *testing.T) {
 			os.RemoveAll(p.pgdata)
 			tl.mkdir(t, p.pgdata)
 			tc.setup(p.pgdata)
-			p.start()
+			p.start(t)
 			waitFor(t, 30*time.Second, tc.name, func() error { return containsErr(p.lastLog(), "HOLDING") })
 			if !strings.Contains(p.lastLog(), tc.want) {
 				t.Errorf("%s: log lacks %q:\n%s", tc.name, tc.want, p.lastLog())

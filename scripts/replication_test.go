@@ -17,23 +17,23 @@ func TestReplication(t *testing.T) {
 	root := newRoot(t, tl)
 	c := newCluster(t, tl, root, "orders")
 	p := c.instance(0)
-	p.start()
-	p.waitReady(120 * time.Second)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
 
 	// Data before the standbys exist (copied by the clone): 10,000 rows and a
 	// filler table so that the clone has some size.
-	c.appSQL(p, `CREATE TABLE items(id int PRIMARY KEY, payload text NOT NULL);
+	c.appSQL(t, p, `CREATE TABLE items(id int PRIMARY KEY, payload text NOT NULL);
 		INSERT INTO items SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
 		CREATE TABLE filler(id int, pad text);
-		INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 100000) g;`)
+		INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 40000) g;`)
 
 	s1, s2 := c.instance(1), c.instance(2)
 	primarySize := dirSize(p.pgdata)
 	start := time.Now()
-	s1.start()
-	s2.start()
-	s1.waitReady(180 * time.Second)
-	s2.waitReady(180 * time.Second)
+	s1.start(t)
+	s2.start(t)
+	s1.waitReady(t, 180*time.Second)
+	s2.waitReady(t, 180*time.Second)
 	t.Logf("timing: two standbys cloned (%s each, primary data dir %s) and ready in %v",
 		mb(dirSize(s1.pgdata)), mb(primarySize), time.Since(start).Round(time.Millisecond))
 	for _, s := range []*instance{s1, s2} {
@@ -44,7 +44,7 @@ func TestReplication(t *testing.T) {
 
 	// 10,000 rows written on the primary after the clone must stream.
 	start = time.Now()
-	c.appSQL(p, `INSERT INTO items SELECT g, md5(g::text) FROM generate_series(10001, 20000) g`)
+	c.appSQL(t, p, `INSERT INTO items SELECT g, md5(g::text) FROM generate_series(10001, 20000) g`)
 	for _, s := range []*instance{s1, s2} {
 		waitFor(t, 60*time.Second, s.pod+" has the primary's 20,000 rows", func() error {
 			out, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM items")
@@ -55,28 +55,40 @@ func TestReplication(t *testing.T) {
 		})
 	}
 	t.Logf("timing: 10,000 rows (insert + streaming) visible on both standbys %v after the insert started", time.Since(start).Round(time.Millisecond))
-	want := c.tableChecksums(p, c.db)
+	want := c.tableChecksums(t, p, c.db)
 	for _, s := range []*instance{s1, s2} {
-		if got := c.tableChecksums(s, c.db); fmt.Sprint(got) != fmt.Sprint(want) {
+		if got := c.tableChecksums(t, s, c.db); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s: tables %v, want %v", s.pod, got, want)
 		}
 	}
 
-	checkStreaming := func(t *testing.T) {
+	// streaming waits until the given standbys (all when none given) stream
+	// from the primary, each through its own physical slot.
+	streaming := func(t *testing.T, standbys ...*instance) {
 		t.Helper()
-		waitFor(t, 60*time.Second, "both standbys streaming through their slots", func() error {
-			got := c.superSQL(p, "postgres", `SELECT string_agg(r.application_name||':'||r.state||':'||s.slot_name||':'||s.slot_type, ',' ORDER BY r.application_name)
-				FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid`)
-			if want := "orders-1:streaming:orders_1:physical,orders-2:streaming:orders_2:physical"; got != want {
-				return fmt.Errorf("pg_stat_replication: %q, want %q", got, want)
+		if len(standbys) == 0 {
+			standbys = []*instance{s1, s2}
+		}
+		var pods, want []string
+		for _, s := range standbys {
+			pods = append(pods, "'"+s.pod+"'")
+			want = append(want, s.pod+":streaming:"+strings.ReplaceAll(s.pod, "-", "_")+":physical")
+		}
+		waitFor(t, 90*time.Second, strings.Join(pods, ",")+" streaming through their slots", func() error {
+			got := c.superSQL(t, p, "postgres", `SELECT string_agg(r.application_name||':'||r.state||':'||s.slot_name||':'||s.slot_type, ',' ORDER BY r.application_name)
+				FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid
+				WHERE r.application_name IN (`+strings.Join(pods, ",")+`)`)
+			if got != strings.Join(want, ",") {
+				return fmt.Errorf("pg_stat_replication: %q, want %q", got, strings.Join(want, ","))
 			}
 			return nil
 		})
 	}
+	checkStreaming := func(t *testing.T) { streaming(t) }
 
 	t.Run("standbys are read-only hot standbys", func(t *testing.T) {
 		for _, s := range []*instance{s1, s2} {
-			if got := c.superSQL(s, "postgres", "SELECT pg_is_in_recovery()"); got != "t" {
+			if got := c.superSQL(t, s, "postgres", "SELECT pg_is_in_recovery()"); got != "t" {
 				t.Errorf("%s: pg_is_in_recovery = %q", s.pod, got)
 			}
 			_, err := c.psql(s.port, c.app, appPassword, c.db, "INSERT INTO items VALUES (0, 'x')")
@@ -84,7 +96,7 @@ func TestReplication(t *testing.T) {
 				t.Errorf("%s: write on a standby: %v, want read-only error", s.pod, err)
 			}
 		}
-		if got := c.superSQL(p, "postgres", "SELECT pg_is_in_recovery()"); got != "f" {
+		if got := c.superSQL(t, p, "postgres", "SELECT pg_is_in_recovery()"); got != "f" {
 			t.Errorf("primary in recovery: %q", got)
 		}
 	})
@@ -95,11 +107,11 @@ func TestReplication(t *testing.T) {
 		sentinel := filepath.Join(s1.pgdata, "test-sentinel")
 		writeFile(t, sentinel, "same data directory\n")
 		marker := readFile(t, filepath.Join(s1.pgdata, "database.cloned"))
-		sysid := c.superSQL(s1, "postgres", "SELECT system_identifier FROM pg_control_system()")
-		s1.stop()
-		c.appSQL(p, "INSERT INTO items VALUES (20001, 'while s1 was down')")
-		s1.start()
-		s1.waitReady(60 * time.Second)
+		sysid := c.superSQL(t, s1, "postgres", "SELECT system_identifier FROM pg_control_system()")
+		s1.stop(t)
+		c.appSQL(t, p, "INSERT INTO items VALUES (20001, 'while s1 was down')")
+		s1.start(t)
+		s1.waitReady(t, 60*time.Second)
 		log := s1.lastLog()
 		if strings.Contains(log, "cloning the primary") || !strings.Contains(log, "not cloning again") {
 			t.Errorf("restart log:\n%s", tail(log, 20))
@@ -110,7 +122,7 @@ func TestReplication(t *testing.T) {
 		if got := readFile(t, filepath.Join(s1.pgdata, "database.cloned")); got != marker {
 			t.Errorf("clone marker changed: %q -> %q", marker, got)
 		}
-		if got := c.superSQL(s1, "postgres", "SELECT system_identifier FROM pg_control_system()"); got != sysid {
+		if got := c.superSQL(t, s1, "postgres", "SELECT system_identifier FROM pg_control_system()"); got != sysid {
 			t.Errorf("system identifier %s -> %s", sysid, got)
 		}
 		waitFor(t, 60*time.Second, "row written while s1 was down", func() error {
@@ -123,70 +135,123 @@ func TestReplication(t *testing.T) {
 		checkStreaming(t)
 	})
 
-	t.Run("killed clone is wiped and cloned again", func(t *testing.T) {
-		s2.stop()
-		if err := os.RemoveAll(s2.pgdata); err != nil { // a new volume
-			t.Fatal(err)
-		}
-		// Throttled so that the clone is surely midway when killed.
-		s2.start("CLONE_MAX_RATE=1M")
-		waitFor(t, 60*time.Second, "clone under way", func() error {
-			if n := dirSize(s2.pgdata); n < 2<<20 {
-				return fmt.Errorf("%d bytes copied", n)
+	// Two standbys, two ways a clone is interrupted, in parallel.
+	t.Run("interrupted clones", func(t *testing.T) {
+		t.Run("killed clone is wiped and cloned again", func(t *testing.T) {
+			t.Parallel()
+			s2.stop(t)
+			if err := os.RemoveAll(s2.pgdata); err != nil { // a new volume
+				t.Fatal(err)
 			}
-			return nil
+			// Throttled so that the clone is surely midway when stopped.
+			midway := func() {
+				t.Helper()
+				s2.start(t, "CLONE_MAX_RATE=1M")
+				waitFor(t, 60*time.Second, "clone under way", func() error {
+					if !strings.Contains(s2.lastLog(), "cloning the primary") {
+						return fmt.Errorf("not cloning yet")
+					}
+					if n := dirSize(s2.pgdata); n < 2<<20 {
+						return fmt.Errorf("%d bytes copied", n)
+					}
+					return nil
+				})
+				if err := s2.probe("live"); err != nil {
+					t.Errorf("live probe while cloning: %v", err)
+				}
+				if err := s2.probe("ready"); err == nil {
+					t.Errorf("ready while cloning")
+				}
+			}
+			// Pod deleted: the kubelet sends SIGTERM to the container's main
+			// process only; it must stop the clone and exit at once.
+			midway()
+			s2.terminate()
+			if err := s2.waitExit(15 * time.Second); err != nil {
+				t.Errorf("SIGTERM during the clone: %v", err)
+			}
+			waitFor(t, 15*time.Second, "pg_basebackup gone with its container", func() error {
+				if left := s2.groupLeft(); len(left) > 0 {
+					return fmt.Errorf("processes left in the group: %q", left)
+				}
+				return nil
+			})
+			// Container killed (node crash, OOM): SIGKILL to everything.
+			midway()
+			s2.kill()
+			if _, err := os.Stat(filepath.Join(s2.pgdata, "database.cloned")); err == nil {
+				t.Fatal("clone finished before it could be killed")
+			}
+			half := dirSize(s2.pgdata)
+			start := time.Now()
+			s2.start(t)
+			s2.waitReady(t, 120*time.Second)
+			t.Logf("timing: killed clone (%s copied) wiped and cloned again (%s) in %v", mb(half), mb(dirSize(s2.pgdata)), time.Since(start).Round(time.Millisecond))
+			if log := s2.lastLog(); !strings.Contains(log, "unfinished clone") || !strings.Contains(log, "clone completed") {
+				t.Errorf("re-clone log:\n%s", tail(log, 30))
+			}
+			streaming(t, s2)
 		})
-		if err := s2.probe("live"); err != nil {
-			t.Errorf("live probe while cloning: %v", err)
-		}
-		if err := s2.probe("ready"); err == nil {
-			t.Errorf("ready while cloning")
-		}
-		s2.kill() // the container dies mid-copy
-		if _, err := os.Stat(filepath.Join(s2.pgdata, "database.cloned")); err == nil {
-			t.Fatal("clone finished before it could be killed")
-		}
-		half := dirSize(s2.pgdata)
-		start := time.Now()
-		s2.start()
-		s2.waitReady(120 * time.Second)
-		t.Logf("timing: killed clone (%s copied) wiped and cloned again (%s) in %v", mb(half), mb(dirSize(s2.pgdata)), time.Since(start).Round(time.Millisecond))
-		if log := s2.lastLog(); !strings.Contains(log, "unfinished clone") || !strings.Contains(log, "clone completed") {
-			t.Errorf("re-clone log:\n%s", tail(log, 30))
-		}
-		checkStreaming(t)
-	})
 
-	t.Run("clone without completion marker is redone", func(t *testing.T) {
-		s1.stop()
-		// Looks like a data directory, but the marker was never written.
-		if err := os.Remove(filepath.Join(s1.pgdata, "database.cloned")); err != nil {
-			t.Fatal(err)
+		t.Run("clone without completion marker is redone", func(t *testing.T) {
+			t.Parallel()
+			s1.stop(t)
+			// Looks like a data directory, but the marker was never written.
+			if err := os.Remove(filepath.Join(s1.pgdata, "database.cloned")); err != nil {
+				t.Fatal(err)
+			}
+			sentinel := filepath.Join(s1.pgdata, "test-sentinel")
+			c.appSQL(t, p, "INSERT INTO items VALUES (20002, 'after the half clone')")
+			s1.start(t)
+			s1.waitReady(t, 120*time.Second)
+			if log := s1.lastLog(); !strings.Contains(log, "unfinished clone") || !strings.Contains(log, "clone completed") {
+				t.Errorf("re-clone log:\n%s", tail(log, 30))
+			}
+			if _, err := os.Stat(sentinel); err == nil {
+				t.Errorf("half-finished data directory was not wiped")
+			}
+			streaming(t, s1)
+		})
+	})
+	checkStreaming(t)
+
+	t.Run("replication password rotation", func(t *testing.T) {
+		newPW := `n3w:repl'\pw`
+		c.setSecret(t, "superuser", "replication-password", newPW)
+		// One round of each pod's sidecar: the primary alters the role, the
+		// standbys refresh the passfile of their walreceiver.
+		for _, in := range []*instance{p, s1, s2} {
+			out, err := c.script(time.Minute, append(in.env(), "SYNC_ONCE=1"), SyncPasswords)
+			if err != nil {
+				t.Fatalf("%s: sync-passwords: %v\n%s", in.pod, err, out)
+			}
 		}
-		sentinel := filepath.Join(s1.pgdata, "test-sentinel")
-		c.appSQL(p, "INSERT INTO items VALUES (20002, 'after the half clone')")
-		s1.start()
-		s1.waitReady(120 * time.Second)
-		if log := s1.lastLog(); !strings.Contains(log, "unfinished clone") || !strings.Contains(log, "clone completed") {
-			t.Errorf("re-clone log:\n%s", tail(log, 30))
+		if got, want := readFile(t, filepath.Join(s1.dir, "data", "replication.pgpass")), `*:*:*:replicator:n3w\:repl'\\pw`+"\n"; got != want {
+			t.Errorf("passfile %q, want %q", got, want)
 		}
-		if _, err := os.Stat(sentinel); err == nil {
-			t.Errorf("half-finished data directory was not wiped")
+		replConn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s replication=true", p.port, c.repl)
+		if _, err := c.psqlConn(replConn, replPassword, "IDENTIFY_SYSTEM"); err == nil || !strings.Contains(err.Error(), "password authentication failed") {
+			t.Errorf("old replication password: %v, want refused", err)
 		}
+		if _, err := c.psqlConn(replConn, newPW, "IDENTIFY_SYSTEM"); err != nil {
+			t.Errorf("new replication password: %v", err)
+		}
+		// Walreceivers reconnect with the new password.
+		c.superSQL(t, p, "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
 		checkStreaming(t)
 	})
 
 	// Everything converges again.
-	want = c.tableChecksums(p, c.db)
+	want = c.tableChecksums(t, p, c.db)
 	for _, s := range []*instance{s1, s2} {
 		waitFor(t, 60*time.Second, s.pod+" converged", func() error {
-			if got := c.tableChecksums(s, c.db); fmt.Sprint(got) != fmt.Sprint(want) {
+			if got := c.tableChecksums(t, s, c.db); fmt.Sprint(got) != fmt.Sprint(want) {
 				return fmt.Errorf("%s: %v, want %v", s.pod, got, want)
 			}
 			return nil
 		})
 	}
-	if got := c.superSQL(p, "postgres", "SELECT count(*) FROM pg_replication_slots"); got != "2" {
+	if got := c.superSQL(t, p, "postgres", "SELECT count(*) FROM pg_replication_slots"); got != "2" {
 		t.Errorf("slots on the primary: %s, want 2", got)
 	}
 }

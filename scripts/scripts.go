@@ -22,7 +22,8 @@
 //   - Probe, `probe.sh ready|live`: readiness and liveness of that container.
 //   - SyncPasswords, the password-sync sidecar (same env and mounts, including
 //     the data volume; SYNC_INTERVAL, default 5 s): applies the Secrets'
-//     passwords to the roles on the primary when they change.
+//     passwords to the roles on the primary when they change; on a standby it
+//     only refreshes the walreceiver's passfile next to PGDATA.
 //   - Backup, the backup CronJob: PGHOST PGPORT PGUSER PGPASSWORD DB_NAME
 //     BACKUP_DIR BACKUP_RETENTION DATABASE. Files
 //     DATABASE-YYYYmmddTHHMMSSZ.{dump,globals.sql,sha256}.
