@@ -154,14 +154,20 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 	// A legacy XR is cluster scoped: its claim's name and namespace are the
 	// ones users see, so composed names and namespace come from the claim.
 	db.Name, db.Namespace = meta.Name, meta.Namespace
-	namePath := field.NewPath("metadata", "name")
+	namePath, nsPath := field.NewPath("metadata", "name"), field.NewPath("metadata", "namespace")
 	if meta.Namespace == "" {
 		db.Legacy = true
 		db.Name, db.Namespace = meta.Labels[labelClaimName], meta.Labels[labelClaimNamespace]
 		namePath = field.NewPath("metadata", "labels").Key(labelClaimName)
+		nsPath = field.NewPath("metadata", "labels").Key(labelClaimNamespace)
 		if db.Namespace == "" || db.Name == "" {
 			errs = append(errs, field.Required(field.NewPath("metadata", "namespace"),
 				"the Database has no namespace and no crossplane.io/claim-name and claim-namespace labels: create a namespaced Database, or a claim of the legacy XRD"))
+		}
+	}
+	if db.Namespace != "" {
+		for _, m := range validation.IsDNS1123Label(db.Namespace) {
+			errs = append(errs, field.Invalid(nsPath, db.Namespace, m))
 		}
 	}
 	switch {
