@@ -74,7 +74,7 @@ func findTools() (*tools, error) {
 	tl.bin = bin
 	out, err := exec.Command(filepath.Join(bin, "postgres"), "-V").Output()
 	if err != nil {
-		return nil, fmt.Errorf("postgres -V: %v", err)
+		return nil, fmt.Errorf("postgres -V: %w", err)
 	}
 	tl.pgVersion = strings.TrimSpace(string(out))
 	if os.Geteuid() == 0 {
@@ -429,7 +429,7 @@ func (in *instance) pgctl(args ...string) error {
 	cmd := in.c.tl.command(ctx, in.dir, in.c.tl.baseEnv(in.dir), filepath.Join(in.c.tl.bin, "pg_ctl"), append([]string{"-D", in.pgdata}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pg_ctl %v: %v: %s", args, err, out)
+		return fmt.Errorf("pg_ctl %v: %w: %s", args, err, out)
 	}
 	return nil
 }
@@ -522,7 +522,7 @@ func (c *cluster) script(timeout time.Duration, env []string, name string, args 
 func (in *instance) probe(mode string) error {
 	out, err := in.c.script(30*time.Second, in.env(), Probe, mode)
 	if err != nil {
-		return fmt.Errorf("probe %s: %v: %s", mode, err, out)
+		return fmt.Errorf("probe %s: %w: %s", mode, err, out)
 	}
 	return nil
 }
@@ -575,7 +575,7 @@ func (c *cluster) psqlConn(conn, password, sql string) (string, error) {
 	cmd := c.tl.command(ctx, c.root, env, filepath.Join(c.tl.bin, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", conn, "-c", sql)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("psql %s: %v: %s", conn, err, out)
+		return string(out), fmt.Errorf("psql %s: %w: %s", conn, err, out)
 	}
 	return strings.TrimRight(string(out), "\n"), nil
 }

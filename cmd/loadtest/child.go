@@ -62,7 +62,7 @@ func startChild(bin string, extraEnv []string, logDir string) (*child, error) {
 	// kill the child deliberately), and SIGKILL if this tool dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		os.Remove(logf.Name())
+		_ = os.Remove(logf.Name())
 		return nil, fmt.Errorf("cannot start %s: %w", bin, err)
 	}
 	c := &child{cmd: cmd, pid: strconv.Itoa(cmd.Process.Pid), addr: addr, logPath: logf.Name(), exited: make(chan struct{})}

@@ -361,13 +361,13 @@ func measure(ctx context.Context, cfg *config, tg *target, rq *request, conc int
 	go func() {
 		select {
 		case <-c.exited:
-			cancel(fmt.Errorf("%s exited during the run: %v", tg.Label, c.waitErr))
+			cancel(fmt.Errorf("%s exited during the run: %w", tg.Label, c.waitErr))
 		case <-runCtx.Done():
 		}
 	}()
 	fail := func(err error) (*result, error) {
 		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			err = fmt.Errorf("%w (%v)", err, cause)
+			err = fmt.Errorf("%w (%w)", err, cause)
 		}
 		if tail := strings.TrimSpace(c.logTail(2048)); tail != "" {
 			err = fmt.Errorf("%w\n--- %s log (tail) ---\n%s", err, tg.Label, tail)

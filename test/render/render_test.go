@@ -76,7 +76,7 @@ func setup(tmp string) (stop func()) {
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Dir = env.root
 	if out, err := build.CombinedOutput(); err != nil {
-		env.err = fmt.Errorf("go build: %v\n%s", err, out)
+		env.err = fmt.Errorf("go build: %w\n%s", err, out)
 		return stop
 	}
 	env.fnLog = filepath.Join(tmp, "function.log")
@@ -139,7 +139,7 @@ func startFunction(bin, logPath string) (*process, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	defer log.Close() //nolint:errcheck // The child holds its own descriptor.
+	defer log.Close() // The child holds its own descriptor.
 	for range 5 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
