@@ -49,7 +49,7 @@ func TestReplication(t *testing.T) {
 		waitFor(t, 60*time.Second, s.pod+" has the primary's 20,000 rows", func() error {
 			out, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM items")
 			if err != nil || out != "20000" {
-				return fmt.Errorf("%s: %q %v", s.pod, out, err)
+				return fmt.Errorf("%s: %q %w", s.pod, out, err)
 			}
 			return nil
 		})
@@ -128,7 +128,7 @@ func TestReplication(t *testing.T) {
 		waitFor(t, 60*time.Second, "row written while s1 was down", func() error {
 			out, err := c.psql(s1.port, c.app, appPassword, c.db, "SELECT payload FROM items WHERE id = 20001")
 			if err != nil || out != "while s1 was down" {
-				return fmt.Errorf("%q %v", out, err)
+				return fmt.Errorf("%q %w", out, err)
 			}
 			return nil
 		})
