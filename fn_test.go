@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
-
-	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
-// responseYAML renders a response as YAML with sorted keys, for golden files.
-func responseYAML(t testing.TB, rsp *fnv1.RunFunctionResponse) []byte {
+// responseYAML renders a request or response as YAML with sorted keys, for
+// golden files.
+func responseYAML(t testing.TB, rsp proto.Message) []byte {
 	t.Helper()
 	j, err := protojson.Marshal(rsp)
 	if err != nil {
