@@ -3,9 +3,13 @@
 package main
 
 import (
-	"github.com/alecthomas/kong"
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
-	function "github.com/crossplane/function-sdk-go"
+	"github.com/alecthomas/kong"
 )
 
 // CLI of this Function.
@@ -18,15 +22,20 @@ type CLI struct {
 	Insecure           bool   `help:"Run without mTLS credentials. For development and render only: Crossplane always dials with mTLS."`
 	MetricsAddress     string `default:":8080" help:"Address of the Prometheus metrics endpoint; empty turns it off."`
 	MaxRecvMessageSize int    `default:"16"    help:"Largest request accepted, in MiB."`
+
+	MaxConcurrentStreams uint32        `default:"128" help:"Most requests served at once on one connection; more wait for a free slot. Bounds memory at about this times --max-recv-message-size per connection."`
+	ConnectionTimeout    time.Duration `default:"10s" help:"How long a new connection may take to complete its TLS handshake before it is closed."`
 }
 
-// Run this Function.
+// Run this Function until SIGINT or SIGTERM, then drain in-flight requests.
 func (c *CLI) Run() error {
 	log, err := newLogger(c.Debug)
 	if err != nil {
 		return err
 	}
-	return function.Serve(NewFunction(log), c.serveOptions()...)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return c.run(ctx, NewFunction(log), log)
 }
 
 func main() {

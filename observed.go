@@ -112,9 +112,44 @@ func decodeAs[T any, PT interface {
 	if r == nil {
 		return nil, nil
 	}
+	m := project(r, f)
+	if err := guardQuantities(m); err != nil {
+		return nil, fmt.Errorf("cannot decode observed composed resource %q: %w", name, err)
+	}
 	out := PT(new(T))
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(project(r, f), out); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, out); err != nil {
 		return nil, fmt.Errorf("cannot decode observed composed resource %q: %w", name, err)
 	}
 	return out, nil
+}
+
+// guardQuantities rejects resource quantities (values of requests and
+// limits) that ParseQuantity would spend minutes on, e.g. "1e-999999999" in
+// a hand-written observed file (found by fuzzing); a real API server only
+// stores canonical quantities.
+func guardQuantities(v any) error {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if k == "requests" || k == "limits" {
+				if q, ok := e.(map[string]any); ok {
+					for n, s := range q {
+						if str, ok := s.(string); ok && (len(str) > 64 || hugeExponent.MatchString(str)) {
+							return fmt.Errorf("%s.%s: %q is not a quantity the API server would store", k, n, str)
+						}
+					}
+				}
+			}
+			if err := guardQuantities(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if err := guardQuantities(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -24,7 +24,7 @@ go test -run='^$' -bench=. -benchtime=1x -count=1 .
 
 step "fuzzing, briefly"
 for target in $(go test -list '^Fuzz' . | grep '^Fuzz'); do
-	go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-20s}" .
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime="${FUZZTIME:-20s}" -fuzzminimizetime=5s .
 done
 
 if [ "$what" = all ]; then
