@@ -1,0 +1,386 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+const (
+	nodeName = "kwok-node-0"
+	k8sStop  = 10 * time.Second
+)
+
+// cluster is the control plane: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok, every one a child process on 127.0.0.1.
+type cluster struct {
+	dir  string
+	bin  string
+	pki  *pki
+	kcfg string
+	host string
+	cfg  *rest.Config
+	kube *kube
+
+	etcd, apiserver, kcm, scheduler, kwok *proc
+
+	// holdPVs holds back the volume provisioner for one namespace so a test
+	// can observe a Database whose pods cannot be scheduled yet.
+	holdPVs   atomic.Value // string namespace
+	provStop  context.CancelFunc
+	provDone  chan struct{}
+	provMu    sync.Mutex
+	provError error
+}
+
+func (c *cluster) procs() []*proc {
+	var out []*proc
+	for _, p := range []*proc{c.etcd, c.apiserver, c.kcm, c.scheduler, c.kwok} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (c *cluster) binary(name string) string { return filepath.Join(c.bin, name) }
+
+func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any)) (*cluster, error) {
+	c := &cluster{dir: dir, bin: bin}
+	c.holdPVs.Store("")
+	var err error
+	t0 := time.Now()
+	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+		return c, fmt.Errorf("pki: %w", err)
+	}
+
+	// etcd
+	etcdClient, err := freePort()
+	if err != nil {
+		return c, err
+	}
+	etcdPeer, err := freePort()
+	if err != nil {
+		return c, err
+	}
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	c.etcd = newProc(dir, "etcd", c.binary("etcd"),
+		"--name=e2e",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+clientURL,
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=e2e="+peerURL,
+		"--initial-cluster-state=new",
+		"--listen-metrics-urls=",
+		"--log-level=warn",
+	)
+	if err := c.etcd.start(); err != nil {
+		return c, err
+	}
+	if err := waitHTTP(ctx, clientURL+"/health", nil, c.etcd); err != nil {
+		return c, err
+	}
+	logf("etcd up on %s (%s)", clientURL, time.Since(t0).Round(time.Millisecond))
+
+	// kube-apiserver
+	apiPort, err := freePort()
+	if err != nil {
+		return c, err
+	}
+	c.host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	c.apiserver = newProc(dir, "kube-apiserver", c.binary("kube-apiserver"),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--etcd-servers="+clientURL,
+		"--endpoint-reconciler-type=none",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--client-ca-file="+c.pki.caCrt,
+		"--tls-cert-file="+c.pki.apiCrt,
+		"--tls-private-key-file="+c.pki.apiKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+c.pki.saPub,
+		"--service-account-signing-key-file="+c.pki.saKey,
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--enable-priority-and-fairness=false",
+		// The API server turns a watch from resourceVersion 0 (kwok's) into
+		// a streaming list, which needs etcd progress requests (etcd
+		// 3.4.31+); Debian's etcd 3.4.23 has none, so such watches fail and
+		// kwok sees pods only at its backed-off relists (tens of seconds).
+		"--feature-gates=WatchList=false",
+		"--v=1",
+	)
+	if err := c.apiserver.start(); err != nil {
+		return c, err
+	}
+	if c.kcfg, err = c.pki.kubeconfig(c.host); err != nil {
+		return c, err
+	}
+	c.cfg = &rest.Config{
+		Host: c.host,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   c.pki.caPEMs,
+			CertData: c.pki.adminCertPEM,
+			KeyData:  c.pki.adminKeyPEM,
+		},
+		Timeout: 30 * time.Second,
+	}
+	tlsCfg, err := rest.TLSConfigFor(c.cfg)
+	if err != nil {
+		return c, err
+	}
+	if err := waitHTTP(ctx, c.host+"/readyz", tlsCfg, c.apiserver); err != nil {
+		return c, err
+	}
+	logf("kube-apiserver ready on %s (%s)", c.host, time.Since(t0).Round(time.Millisecond))
+	if c.kube, err = newKube(c.cfg); err != nil {
+		return c, err
+	}
+
+	// kube-controller-manager: the StatefulSet controller (pods, PVCs), the
+	// garbage collector (XR deletion), the PV binder (our provisioner's PVs).
+	c.kcm = newProc(dir, "kube-controller-manager", c.binary("kube-controller-manager"),
+		"--kubeconfig="+c.kcfg,
+		"--authentication-kubeconfig="+c.kcfg,
+		"--authorization-kubeconfig="+c.kcfg,
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
+		"--service-account-private-key-file="+c.pki.saKey,
+		"--root-ca-file="+c.pki.caCrt,
+		"--cluster-signing-cert-file="+c.pki.caCrt,
+		"--cluster-signing-key-file="+c.pki.caKey,
+		"--use-service-account-credentials=false",
+		"--leader-elect=false",
+		"--pvclaimbinder-sync-period=2s",
+		"--v=1",
+	)
+	c.scheduler = newProc(dir, "kube-scheduler", c.binary("kube-scheduler"),
+		"--kubeconfig="+c.kcfg,
+		"--authentication-kubeconfig="+c.kcfg,
+		"--authorization-kubeconfig="+c.kcfg,
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--v=1",
+	)
+	c.kwok = newProc(dir, "kwok", c.binary("kwok"),
+		"--kubeconfig="+c.kcfg,
+		"--manage-all-nodes=true",
+		"--node-ip=127.0.0.1",
+		"--cidr=10.244.0.0/16",
+		"--config="+c.binary("kwok-stages.yaml"),
+		"--v=INFO",
+	)
+	for _, p := range []*proc{c.kcm, c.scheduler, c.kwok} {
+		if err := p.start(); err != nil {
+			return c, err
+		}
+	}
+
+	// One fake node for kwok to run the pods on.
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        nodeName,
+			Labels:      map[string]string{"kubernetes.io/hostname": nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		},
+	}
+	if _, err := c.kube.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return c, fmt.Errorf("create node: %w", err)
+	}
+	node.Status = corev1.NodeStatus{
+		Capacity: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("64"),
+			corev1.ResourceMemory: resource.MustParse("256Gi"),
+			corev1.ResourcePods:   resource.MustParse("110"),
+		},
+	}
+	node.Status.Allocatable = node.Status.Capacity
+	if err := retry(ctx, 10*time.Second, func() error {
+		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Capacity, n.Status.Allocatable = node.Status.Capacity, node.Status.Allocatable
+		_, err = c.kube.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return c, fmt.Errorf("node status: %w", err)
+	}
+	if err := retry(ctx, 60*time.Second, func() error {
+		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		for _, p := range []*proc{c.kcm, c.scheduler, c.kwok} {
+			if ended, err := p.exited(); ended {
+				return fmt.Errorf("%s exited: %w", p.name, err)
+			}
+		}
+		return fmt.Errorf("node %s not Ready (kwok)", nodeName)
+	}); err != nil {
+		return c, err
+	}
+	// The default ServiceAccount is what the StatefulSet's pods need to be
+	// admitted: wait for KCM's service account controller to be running.
+	if err := retry(ctx, 60*time.Second, func() error {
+		_, err := c.kube.cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return c, fmt.Errorf("kube-controller-manager not working (no default ServiceAccount): %w", err)
+	}
+	logf("controller-manager, scheduler, kwok up; node %s Ready (%s)", nodeName, time.Since(t0).Round(time.Millisecond))
+
+	pctx, cancel := context.WithCancel(context.Background())
+	c.provStop, c.provDone = cancel, make(chan struct{})
+	go c.provision(pctx)
+	return c, nil
+}
+
+// stop stops every process by PID, in reverse order of start.
+func (c *cluster) stop() {
+	if c.provStop != nil {
+		c.provStop()
+		<-c.provDone
+	}
+	ps := c.procs()
+	for i := len(ps) - 1; i >= 0; i-- {
+		ps[i].stop(k8sStop)
+	}
+}
+
+// provision plays a static volume provisioner: every Pending claim gets a
+// PersistentVolume pre-bound to it (same class, size and access modes), which
+// the controller manager's PV binder binds. Pods of a StatefulSet with volume
+// claim templates can then be scheduled on the kwok node. Nothing is mounted:
+// kwok runs no containers.
+func (c *cluster) provision(ctx context.Context) {
+	defer close(c.provDone)
+	cs := c.kube.cs
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		hold, _ := c.holdPVs.Load().(string)
+		pvcs, err := cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for i := range pvcs.Items {
+			pvc := &pvcs.Items[i]
+			if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Namespace == hold {
+				continue
+			}
+			class := ""
+			if pvc.Spec.StorageClassName != nil {
+				class = *pvc.Spec.StorageClassName
+			}
+			mode := corev1.PersistentVolumeFilesystem
+			if pvc.Spec.VolumeMode != nil {
+				mode = *pvc.Spec.VolumeMode
+			}
+			size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: "pv-" + string(pvc.UID), Labels: map[string]string{"e2e.function-database/provisioned": "true"}},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+					AccessModes:                   pvc.Spec.AccessModes,
+					StorageClassName:              class,
+					VolumeMode:                    &mode,
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+					ClaimRef: &corev1.ObjectReference{
+						Kind: "PersistentVolumeClaim", APIVersion: "v1",
+						Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID,
+					},
+					PersistentVolumeSource: corev1.PersistentVolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/e2e/" + string(pvc.UID)},
+					},
+				},
+			}
+			if len(pv.Spec.AccessModes) == 0 {
+				pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+			}
+			if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				c.provMu.Lock()
+				c.provError = fmt.Errorf("provision %s/%s: %w", pvc.Namespace, pvc.Name, err)
+				c.provMu.Unlock()
+			}
+		}
+	}
+}
+
+func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc) error {
+	cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	var last string
+	for {
+		resp, err := cl.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if ended, perr := p.exited(); ended {
+			return fmt.Errorf("%s exited (%w) before %s answered", p.name, perr, url)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never answered 200 (last: %s): %w", url, last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// retry calls f until it succeeds or timeout; returns f's last error.
+func retry(ctx context.Context, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,458 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const (
+	xpNamespace     = "crossplane-system"
+	xpCASecret      = "crossplane-root-ca"
+	xpClientSecret  = "crossplane-tls-client"
+	fnName          = "function-database"
+	fnTLSSecret     = "function-database-tls-server"
+	fnPackageSource = "xpkg.example.test/acme/function-database"
+)
+
+var (
+	gvkFunction         = gvk("pkg.crossplane.io/v1", "Function")
+	gvkFunctionRevision = gvk("pkg.crossplane.io/v1", "FunctionRevision")
+	gvkXRD              = gvk("apiextensions.crossplane.io/v2", "CompositeResourceDefinition")
+)
+
+// crossplane is Crossplane core (out of cluster, External package runtime)
+// and the function under test, both child processes.
+type crossplane struct {
+	dir   string
+	cl    *cluster
+	core  *proc
+	fn    *proc
+	fnBin string
+
+	fnAddr   string
+	clientCA *ca // Crossplane's CA, made by `core init`
+	logf     func(string, ...any)
+}
+
+func (x *crossplane) procs() []*proc {
+	var out []*proc
+	for _, p := range []*proc{x.core, x.fn} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (x *crossplane) stop() {
+	// Core first: it must not see the function vanish mid-reconcile and
+	// record errors that a later step would trip over.
+	if x.core != nil {
+		x.core.stop(15 * time.Second)
+	}
+	if x.fn != nil {
+		x.fn.stop(5 * time.Second)
+	}
+}
+
+// coreCRDs finds core's CRDs in its module (the version of the built binary).
+func coreCRDs(ctx context.Context, logDir, coreBin string) (string, error) {
+	target, err := os.Readlink(coreBin)
+	if err != nil {
+		target = coreBin
+	}
+	version := strings.TrimPrefix(filepath.Base(target), "crossplane-core-")
+	if !strings.HasPrefix(version, "v") {
+		return "", fmt.Errorf("cannot tell the version of %s (%s)", coreBin, target)
+	}
+	out, err := output(ctx, filepath.Join(logDir, "go.log"), os.TempDir(), "go", "mod", "download", "-json", "github.com/crossplane/crossplane/v2@"+version)
+	if err != nil {
+		return "", fmt.Errorf("go mod download crossplane %s: %w", version, err)
+	}
+	var m struct{ Dir string }
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(m.Dir, "cluster", "crds")
+	if !fileExists(dir) {
+		return "", fmt.Errorf("no %s", dir)
+	}
+	return dir, nil
+}
+
+func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBin, root string, logf func(string, ...any)) (*crossplane, error) {
+	x := &crossplane{dir: filepath.Join(dir, "crossplane"), cl: cl, fnBin: fnBin, logf: logf}
+	t0 := time.Now()
+	if err := os.MkdirAll(x.dir, 0o755); err != nil {
+		return x, err
+	}
+	crds, err := coreCRDs(ctx, filepath.Join(dir, "logs"), coreBin)
+	if err != nil {
+		return x, err
+	}
+	cs := cl.kube.cs
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: xpNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return x, err
+	}
+	env := []string{
+		"KUBECONFIG=" + cl.kcfg,
+		"POD_NAMESPACE=" + xpNamespace,
+		"POD_SERVICE_ACCOUNT=crossplane",
+	}
+
+	// core init: CRDs and the TLS secrets. Its first try on a fresh API
+	// server can fail on discovery lag of the CRDs it has just made: retry.
+	initEnv := append(env[:len(env):len(env)],
+		"CRDS_PATH="+crds,
+		"TLS_CA_SECRET_NAME="+xpCASecret,
+		"TLS_CLIENT_SECRET_NAME="+xpClientSecret,
+	)
+	initLog := filepath.Join(dir, "logs", "crossplane-init.log")
+	var initErr error
+	for attempt := 1; attempt <= 8; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		initErr = run(actx, initLog, x.dir, initEnv, coreBin, "core", "init", "--enable-webhooks=false")
+		cancel()
+		if initErr == nil {
+			break
+		}
+		logf("crossplane core init attempt %d failed (%v); retrying", attempt, initErr)
+		time.Sleep(2 * time.Second)
+	}
+	if initErr != nil {
+		return x, fmt.Errorf("crossplane core init: %w\n%s", initErr, tailFile(initLog, 20))
+	}
+	logf("crossplane core init done (%s)", time.Since(t0).Round(time.Millisecond))
+
+	// Crossplane's client certificate, for core start, and its CA, which
+	// signs the function's server certificate.
+	client, err := cs.CoreV1().Secrets(xpNamespace).Get(ctx, xpClientSecret, metav1.GetOptions{})
+	if err != nil {
+		return x, err
+	}
+	clientDir := filepath.Join(x.dir, "tls-client")
+	if err := writeFiles(clientDir, client.Data, "tls.crt", "tls.key", "ca.crt"); err != nil {
+		return x, fmt.Errorf("secret %s: %w", xpClientSecret, err)
+	}
+	caSecret, err := cs.CoreV1().Secrets(xpNamespace).Get(ctx, xpCASecret, metav1.GetOptions{})
+	if err != nil {
+		return x, err
+	}
+	if x.clientCA, err = caFromPEM(caSecret.Data["tls.crt"], caSecret.Data["tls.key"]); err != nil {
+		return x, fmt.Errorf("secret %s: %w", xpCASecret, err)
+	}
+
+	// The function, serving mTLS on a free loopback port: a server cert for
+	// 127.0.0.1 from Crossplane's CA, and that CA to check Crossplane's
+	// client certificate.
+	crt, key, err := x.clientCA.issue(certSpec{cn: fnName, dns: []string{"localhost", fnName}, ips: []net.IP{net.ParseIP("127.0.0.1")}, server: true})
+	if err != nil {
+		return x, err
+	}
+	fnTLS := map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": x.clientCA.certPEM}
+	fnDir := filepath.Join(x.dir, "function-tls")
+	if err := writeFiles(fnDir, fnTLS, "tls.crt", "tls.key", "ca.crt"); err != nil {
+		return x, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return x, err
+	}
+	x.fnAddr = "127.0.0.1:" + strconv.Itoa(port)
+	x.fn = newProc(dir, "function", fnBin, "--address="+x.fnAddr, "--tls-server-certs-dir="+fnDir, "--metrics-address=", "--debug")
+	if err := x.fn.start(); err != nil {
+		return x, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = waitTCP(wctx, x.fnAddr, x.fn)
+	cancel()
+	if err != nil {
+		return x, fmt.Errorf("function: %w", err)
+	}
+	logf("function serving mTLS on %s", x.fnAddr)
+
+	// core start. Metrics and health probe ports: core formats them as
+	// ":PORT", so 0 is the closest to off it allows (an ephemeral port).
+	// A short poll interval makes steady-state churn visible within a minute.
+	cacheDir := filepath.Join(x.dir, "xpkg-cache")
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return x, err
+	}
+	x.core = newProc(dir, "crossplane", coreBin, "core", "start",
+		"--package-runtime=External",
+		"--enable-webhooks=false",
+		"--tls-client-certs-dir="+clientDir,
+		"--cache-dir="+cacheDir,
+		"--metrics-port=0",
+		"--health-probe-port=0",
+		"--poll-interval=15s",
+		// kwok compresses a rollout into a second: every pod turns Ready at
+		// once, and the StatefulSet, PDB and XR status events of a resize
+		// exceed the default XR circuit breaker (100 events, 1/s refill),
+		// which then drops even the XR's own spec changes for minutes. A
+		// larger bucket keeps the breaker for real hot loops (see
+		// checkResponsive); NoChurn covers loops in steady state.
+		"--circuit-breaker-burst=1000",
+		"--circuit-breaker-refill-rate=10",
+		"--debug",
+	)
+	x.core.env = env
+	if err := x.core.start(); err != nil {
+		return x, err
+	}
+
+	if err := x.installFunction(ctx, root, cacheDir, fnTLS); err != nil {
+		return x, err
+	}
+	logf("crossplane core started and function %s Healthy (%s)", fnName, time.Since(t0).Round(time.Millisecond))
+	return x, nil
+}
+
+// restartCore stops Crossplane core by its PID and starts it again.
+func (x *crossplane) restartCore() error {
+	x.core.stop(15 * time.Second)
+	return x.core.start()
+}
+
+// packageYAML is the package's YAML stream: package/crossplane.yaml (the
+// Function meta) and package/input/*.yaml (the input CRD).
+func packageYAML(root string, logf func(string, ...any)) ([]byte, error) {
+	pkgDir := filepath.Join(root, "package")
+	var docs [][]byte
+	meta, err := os.ReadFile(filepath.Join(pkgDir, "crossplane.yaml"))
+	if os.IsNotExist(err) {
+		logf("package/crossplane.yaml missing: using a minimal Function meta")
+		meta = []byte("apiVersion: meta.pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: " + fnName + "\nspec:\n  capabilities:\n  - composition\n")
+	} else if err != nil {
+		return nil, err
+	}
+	docs = append(docs, meta)
+	inputs, err := filepath.Glob(filepath.Join(pkgDir, "input", "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(inputs)
+	for _, f := range inputs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, b)
+	}
+	var buf bytes.Buffer
+	for _, d := range docs {
+		if !bytes.HasPrefix(d, []byte("---")) {
+			buf.WriteString("---\n")
+		}
+		buf.Write(d)
+		if !bytes.HasSuffix(d, []byte("\n")) {
+			buf.WriteString("\n")
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+// friendlyID is crossplane-runtime's xpkg.FriendlyID: the package cache key.
+func friendlyID(name, hash string) string {
+	trunc := func(s string, n int) string {
+		if len(s) > n {
+			return s[:n]
+		}
+		return s
+	}
+	s := trunc(name, 50) + "-" + trunc(hash, 12)
+	var b strings.Builder
+	for i := range len(s) {
+		c := s[i]
+		if ('a' <= c && c <= 'z') || ('0' <= c && c <= '9') {
+			b.WriteByte(c)
+		}
+		if (c == '.' || c == '/' || c == ':' || c == '-') && (i != 0 && i != 62 && i != len(s)-1) {
+			b.WriteByte('-')
+		}
+		if i == 62 {
+			break
+		}
+	}
+	return strings.Trim(b.String(), "-")
+}
+
+// installFunction installs the function package without a registry: for a
+// digest reference Crossplane reads <cache>/<FriendlyID>.gz (a gzipped
+// package.yaml stream) and never pulls. With the External runtime nothing
+// runs the function or sets the revision's endpoint: we do.
+func (x *crossplane) installFunction(ctx context.Context, root, cacheDir string, fnTLS map[string][]byte) error {
+	pkg, err := packageYAML(root, x.logf)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(pkg)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(pkg); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cacheDir, friendlyID(fnPackageSource, digest)+".gz"), gz.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(x.dir, "package.yaml"), pkg, 0o644); err != nil {
+		return err
+	}
+
+	k := x.cl.kube
+	cs := k.cs
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: fnTLSSecret, Namespace: xpNamespace},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       fnTLS,
+	}
+	if _, err := cs.CoreV1().Secrets(xpNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := k.waitKind(wctx, gvkFunction); err != nil {
+		return err
+	}
+	fn := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "pkg.crossplane.io/v1",
+		"kind":       "Function",
+		"metadata":   map[string]any{"name": fnName},
+		"spec": map[string]any{
+			"package":                  fnPackageSource + "@" + digest,
+			"packagePullPolicy":        "IfNotPresent",
+			"skipDependencyResolution": true,
+		},
+	}}
+	if _, err := k.apply(ctx, fn); err != nil {
+		return fmt.Errorf("apply Function: %w", err)
+	}
+
+	// Wait for the revision, then give it an endpoint and TLS secret and
+	// mark its runtime healthy; repeat until the Function is Healthy (core
+	// may overwrite a status it read before our update).
+	endpoint := x.fnAddr
+	var last string
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		if ended, err := x.core.exited(); ended {
+			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.tail(30))
+		}
+		f, err := k.get(ctx, gvkFunction, "", fnName)
+		if err == nil && getCondition(f, "Healthy").Status == "True" && getCondition(f, "Installed").Status == "True" {
+			rev, err := x.revision(ctx)
+			if err == nil {
+				if ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint"); ep == endpoint {
+					return nil
+				}
+			}
+		}
+		if err == nil {
+			last = "Function: " + conditionsString(f)
+		}
+		rev, err := x.revision(ctx)
+		if err != nil {
+			last += "; " + err.Error()
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		last += "; FunctionRevision: " + conditionsString(rev)
+		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
+		if ep != endpoint || getCondition(rev, "RuntimeHealthy").Status != "True" {
+			if err := x.patchRevision(ctx, rev, endpoint); err != nil {
+				last += "; patch: " + err.Error()
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("function %s not Healthy within 120s: %s", fnName, last)
+}
+
+func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, error) {
+	c, err := x.cl.kube.client(gvkFunctionRevision, "")
+	if err != nil {
+		return nil, err
+	}
+	l, err := c.List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/package=" + fnName})
+	if err != nil {
+		return nil, err
+	}
+	for i := range l.Items {
+		if s, _, _ := unstructured.NestedString(l.Items[i].Object, "spec", "desiredState"); s == "Active" {
+			return &l.Items[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no active FunctionRevision for %s yet (%d revisions)", fnName, len(l.Items))
+}
+
+func (x *crossplane) patchRevision(ctx context.Context, rev *unstructured.Unstructured, endpoint string) error {
+	rev = rev.DeepCopy()
+	if err := unstructured.SetNestedField(rev.Object, endpoint, "status", "endpoint"); err != nil {
+		return err
+	}
+	if err := unstructured.SetNestedField(rev.Object, fnTLSSecret, "status", "tlsServerSecretName"); err != nil {
+		return err
+	}
+	list, _, _ := unstructured.NestedSlice(rev.Object, "status", "conditions")
+	var out []any
+	for _, c := range list {
+		if m, ok := c.(map[string]any); ok && m["type"] == "RuntimeHealthy" {
+			continue
+		}
+		out = append(out, c)
+	}
+	out = append(out, map[string]any{
+		"type":               "RuntimeHealthy",
+		"status":             "True",
+		"reason":             "HealthyPackageRevision",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	})
+	if err := unstructured.SetNestedSlice(rev.Object, out, "status", "conditions"); err != nil {
+		return err
+	}
+	c, err := x.cl.kube.client(gvkFunctionRevision, "")
+	if err != nil {
+		return err
+	}
+	_, err = c.UpdateStatus(ctx, rev, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
+}
+
+func writeFiles(dir string, data map[string][]byte, keys ...string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		v, ok := data[k]
+		if !ok || len(v) == 0 {
+			return fmt.Errorf("no %s", k)
+		}
+		if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,16 @@
+// Package e2e holds the end-to-end suite of function-database: a real control
+// plane on one machine (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, kwok for a fake node and pods) with Crossplane core running
+// out of cluster and calling the function over mTLS on 127.0.0.1.
+//
+// The tests are behind the e2e build tag:
+//
+//	cd e2e && go test -tags e2e -count=1 -timeout 40m -v ./...
+//
+// or hack/e2e.sh from the repository root, which builds the tools first.
+// Environment: E2E_KEEP=1 keeps the temporary folder (logs, PKI, etcd data)
+// even when the suite passes; E2E_SKIP_TOOLS=1 skips calling the tool scripts
+// (binaries must already be in the cache); E2E_EXAMPLES=DIR uses another
+// folder laid out like example/ (xrd.yaml, composition.yaml, xr.yaml,
+// legacy/{xrd,composition,claim}.yaml).
+package e2e

@@ -1,0 +1,331 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// suite is everything TestMain starts, shared by the tests.
+type suite struct {
+	root string // the repository
+	dir  string // temporary folder: logs, PKI, etcd data, certificates
+	cl   *cluster
+	xp   *crossplane
+	k    *kube
+
+	mu        sync.Mutex
+	durations []string
+}
+
+var env *suite
+
+func logf(format string, args ...any) {
+	fmt.Printf("e2e %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(mainE2E(m))
+}
+
+func mainE2E(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	root := filepath.Dir(wd) // go test runs in e2e/
+	dir, err := os.MkdirTemp("", "function-database-e2e-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	s := &suite{root: root, dir: dir}
+	env = s
+	logf("temporary folder %s", dir)
+
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	code := 1
+	defer func() {
+		if code != 0 {
+			s.dumpLogs(40)
+		}
+		s.stop()
+		if code == 0 && os.Getenv("E2E_KEEP") == "" {
+			os.RemoveAll(dir)
+		} else {
+			logf("kept %s (logs in %s)", dir, filepath.Join(dir, "logs"))
+		}
+	}()
+	if err := s.setup(ctx); err != nil {
+		logf("SETUP FAILED after %s: %v", time.Since(t0).Round(time.Millisecond), err)
+		return 1
+	}
+	logf("setup done in %s", time.Since(t0).Round(time.Millisecond))
+	t1 := time.Now()
+	code = m.Run()
+	logf("tests done in %s (setup %s)", time.Since(t1).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond))
+	s.mu.Lock()
+	if len(s.durations) > 0 {
+		logf("scenario durations:\n  %s", strings.Join(s.durations, "\n  "))
+	}
+	s.mu.Unlock()
+	return code
+}
+
+func (s *suite) setup(ctx context.Context) error {
+	logDir := filepath.Join(s.dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	bin, coreBin, err := s.tools(ctx, logDir)
+	if err != nil {
+		return err
+	}
+
+	// Build the function from the repository root while the cluster starts.
+	fnBin := filepath.Join(s.dir, "bin", "function-database")
+	fnErr := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		err := run(ctx, filepath.Join(logDir, "go-build.log"), s.root, nil, "go", "build", "-o", fnBin, ".")
+		if err != nil {
+			err = fmt.Errorf("go build of the function: %w\n%s", err, tailFile(filepath.Join(logDir, "go-build.log"), 30))
+		} else {
+			logf("function built (%s)", time.Since(t0).Round(time.Millisecond))
+		}
+		fnErr <- err
+	}()
+
+	s.cl, err = startCluster(ctx, s.dir, bin, logf)
+	if err != nil {
+		<-fnErr
+		return fmt.Errorf("control plane: %w", err)
+	}
+	s.k = s.cl.kube
+	if err := <-fnErr; err != nil {
+		return err
+	}
+	s.xp, err = startCrossplane(ctx, s.dir, s.cl, coreBin, fnBin, s.root, logf)
+	if err != nil {
+		return fmt.Errorf("crossplane: %w", err)
+	}
+	return s.applyExamples(ctx)
+}
+
+// tools builds or reuses the binaries (hack/cluster-tools.sh, hack/tools.sh
+// crossplane-core); both print their bin folder.
+func (s *suite) tools(ctx context.Context, logDir string) (string, string, error) {
+	t0 := time.Now()
+	var bin string
+	if os.Getenv("E2E_SKIP_TOOLS") != "" {
+		cache := os.Getenv("FUNCTION_DATABASE_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "function-database")
+		}
+		bin = filepath.Join(cache, "bin")
+	} else {
+		log := filepath.Join(logDir, "tools.log")
+		out, err := output(ctx, log, s.root, "bash", "hack/cluster-tools.sh")
+		if err != nil {
+			return "", "", fmt.Errorf("hack/cluster-tools.sh: %w\n%s", err, tailFile(log, 30))
+		}
+		bin = strings.TrimSpace(lastLine(out))
+		out, err = output(ctx, log, s.root, "bash", "hack/tools.sh", "crossplane-core")
+		if err != nil {
+			return "", "", fmt.Errorf("hack/tools.sh crossplane-core: %w\n%s", err, tailFile(log, 30))
+		}
+		if b := strings.TrimSpace(lastLine(out)); b != bin {
+			return "", "", fmt.Errorf("tools in two folders: %s and %s", bin, b)
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages.yaml", "crossplane-core"} {
+		if !fileExists(filepath.Join(bin, name)) {
+			return "", "", fmt.Errorf("no %s in %s", name, bin)
+		}
+	}
+	logf("tools ready in %s (%s)", bin, time.Since(t0).Round(time.Millisecond))
+	return bin, filepath.Join(bin, "crossplane-core"), nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// Example paths (notes/CONTRACT.md); E2E_EXAMPLES points at another folder
+// laid out the same way.
+func (s *suite) example(parts ...string) string {
+	dir := os.Getenv("E2E_EXAMPLES")
+	if dir == "" {
+		dir = filepath.Join(s.root, "example")
+	}
+	return filepath.Join(append([]string{dir}, parts...)...)
+}
+
+// applyExamples applies the v2 XRD and Composition of the examples (the
+// legacy ones are applied by the LegacyClaim scenario, so that a problem
+// there fails only that scenario).
+func (s *suite) applyExamples(ctx context.Context) error {
+	t0 := time.Now()
+	xrds, err := s.applyFiles(ctx, s.example("xrd.yaml"), s.example("composition.yaml"))
+	if err != nil {
+		return err
+	}
+	o, err := readObject(s.example("xr.yaml"))
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
+		return err
+	}
+	logf("examples applied: XRD %v established (%s)", xrds, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// applyFiles applies every object of the files and waits until the XRDs
+// among them are Established (and Offered, when they offer a claim).
+func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, error) {
+	var xrds []string
+	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	for _, f := range files {
+		objs, err := readObjects(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
+				return nil, err
+			}
+			if _, err := s.k.apply(wctx, o); err != nil {
+				return nil, fmt.Errorf("apply %s %s from %s: %w", o.GetKind(), o.GetName(), f, err)
+			}
+			if o.GetKind() == "CompositeResourceDefinition" {
+				xrds = append(xrds, o.GetName())
+			}
+		}
+	}
+	for _, name := range xrds {
+		var last string
+		err := retry(wctx, 90*time.Second, func() error {
+			x, err := s.k.get(wctx, gvkXRD, "", name)
+			if err != nil {
+				return err
+			}
+			last = conditionsString(x)
+			if getCondition(x, "Established").Status != "True" {
+				return fmt.Errorf("XRD %s not Established: %s", name, last)
+			}
+			if claim, _, _ := unstructured.NestedString(x.Object, "spec", "claimNames", "kind"); claim != "" && getCondition(x, "Offered").Status != "True" {
+				return fmt.Errorf("XRD %s not Offered: %s", name, last)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return xrds, nil
+}
+
+func (s *suite) procs() []*proc {
+	var ps []*proc
+	if s.cl != nil {
+		ps = append(ps, s.cl.procs()...)
+	}
+	if s.xp != nil {
+		ps = append(ps, s.xp.procs()...)
+	}
+	return ps
+}
+
+func (s *suite) stop() {
+	if s.xp != nil {
+		s.xp.stop()
+	}
+	if s.cl != nil {
+		s.cl.stop()
+	}
+}
+
+// dumpLogs prints the last n lines of every component's log.
+func (s *suite) dumpLogs(n int) {
+	seen := map[string]bool{}
+	for _, p := range s.procs() {
+		seen[p.log] = true
+		fmt.Printf("\n----- last %d lines of %s (pid %d, %s) -----\n%s\n", n, p.name, p.pid(), p.log, p.tail(n))
+	}
+	logs, _ := filepath.Glob(filepath.Join(s.dir, "logs", "*.log"))
+	for _, l := range logs {
+		if !seen[l] {
+			fmt.Printf("\n----- last %d lines of %s -----\n%s\n", n, l, tailFile(l, n))
+		}
+	}
+}
+
+// step runs one scenario as a subtest and logs how long it took.
+func (s *suite) step(t *testing.T, name string, f func(t *testing.T)) bool {
+	t0 := time.Now()
+	ok := t.Run(name, func(t *testing.T) {
+		defer func() { t.Logf("%s took %s", name, time.Since(t0).Round(time.Millisecond)) }()
+		defer s.checkResponsive(t)
+		f(t)
+	})
+	res := "ok  "
+	if !ok {
+		res = "FAIL"
+	}
+	s.mu.Lock()
+	s.durations = append(s.durations, fmt.Sprintf("%s %-30s %s", res, t.Name()+"/"+name, time.Since(t0).Round(time.Millisecond)))
+	s.mu.Unlock()
+	return ok
+}
+
+func (s *suite) ensureNamespace(t *testing.T, ns string) {
+	t.Helper()
+	_, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+}
+
+// checkResponsive fails the test when Crossplane's circuit breaker has cut a
+// Database off (condition Responsive=False): a sign of a reconcile hot loop,
+// given the large bucket the suite gives it.
+func (s *suite) checkResponsive(t *testing.T) {
+	xr, err := readObject(s.example("xr.yaml"))
+	if err != nil {
+		return
+	}
+	c, err := s.k.client(xr.GroupVersionKind(), "")
+	if err != nil {
+		return
+	}
+	l, err := c.List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range l.Items {
+		if cond := getCondition(&l.Items[i], "Responsive"); cond.Status == "False" {
+			t.Errorf("%s %s/%s: Crossplane's circuit breaker is open: %s (%s)", xr.GetKind(), l.Items[i].GetNamespace(), l.Items[i].GetName(), cond.Message, cond.Reason)
+		}
+	}
+}
