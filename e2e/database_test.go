@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 )
 
 // Bounds of the waits. Crossplane reconciles an XR within a second or two
@@ -460,11 +459,43 @@ func (s *suite) testNoChurn(t *testing.T) {
 	requireOrders(t)
 	d := orders.d
 	want := composed(d.name, orders.replicas, orders.backup)
+	// Let the XR settle first: right after it turns Ready, Crossplane core
+	// can still write it a few times (its two-step status write, started
+	// from a cached copy, may briefly restore an older Ready=False). The
+	// window starts once the XR has held still for 5 s.
+	s.settle(t, d, 5*time.Second, 30*time.Second)
 	before := map[obj]*unstructured.Unstructured{}
 	for o, u := range s.waitExists(t, d.ns, want) {
 		before[o] = u
 	}
 	xrBefore := d.get(t)
+	// Watch the XR through the window: its status must hold still too
+	// (DESIGN: no condition or status field that changes on every call).
+	xc, err := s.k.client(d.gvk, d.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := xc.Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + d.name, ResourceVersion: xrBefore.GetResourceVersion()})
+	if err != nil {
+		t.Fatalf("watch %s: %v", d, err)
+	}
+	type xrEvent struct {
+		at time.Time
+		u  *unstructured.Unstructured
+	}
+	events := make(chan []xrEvent, 1)
+	go func() {
+		var evs []xrEvent
+		for ev := range w.ResultChan() {
+			if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+				evs = append(evs, xrEvent{time.Now(), u})
+			}
+		}
+		events <- evs
+	}()
+
 	changed := map[obj]bool{}
 	deadline := time.Now().Add(churnWatch)
 	for time.Now().Before(deadline) {
@@ -486,20 +517,24 @@ func (s *suite) testNoChurn(t *testing.T) {
 			}
 		}
 	}
-	// The XR's own status must hold still too (DESIGN: no condition or
-	// status field that changes on every call); metadata is Crossplane's.
-	if xr := d.get(t); xr.GetResourceVersion() != xrBefore.GetResourceVersion() {
-		body := func(u *unstructured.Unstructured) string {
-			c := u.DeepCopy()
-			delete(c.Object, "metadata")
-			return toYAML(c)
+	w.Stop()
+	body := func(u *unstructured.Unstructured) string {
+		c := u.DeepCopy()
+		delete(c.Object, "metadata")
+		return toYAML(c)
+	}
+	prev, metaOnly := xrBefore, 0
+	for _, ev := range <-events {
+		if diff := lineDiff(body(prev), body(ev.u)); diff != "" {
+			t.Errorf("%s changed in steady state at %s (resourceVersion %s -> %s):\n%s\nconditions before: %s\nconditions after:  %s", d, ev.at.Format("15:04:05.000"),
+				prev.GetResourceVersion(), ev.u.GetResourceVersion(), diff, conditionTimes(prev), conditionTimes(ev.u))
+		} else if ev.u.GetResourceVersion() != prev.GetResourceVersion() {
+			metaOnly++
 		}
-		if diff := lineDiff(body(xrBefore), body(xr)); diff != "" {
-			t.Errorf("%s changed in steady state (resourceVersion %s -> %s):\n%s", d, xrBefore.GetResourceVersion(), xr.GetResourceVersion(), diff)
-		} else {
-			t.Logf("note: only the XR's metadata changed in steady state (resourceVersion %s -> %s; Crossplane's managed fields):\n%s",
-				xrBefore.GetResourceVersion(), xr.GetResourceVersion(), lineDiff(fullYAML(xrBefore), fullYAML(xr)))
-		}
+		prev = ev.u
+	}
+	if metaOnly > 0 {
+		t.Logf("note: %d writes to the XR changed only its metadata (Crossplane's managed fields)", metaOnly)
 	}
 	if !t.Failed() {
 		t.Logf("%d composed objects unchanged over %s (Crossplane poll interval 15s)", len(want), churnWatch)
@@ -910,11 +945,29 @@ func lineDiff(a, b string) string {
 	return strings.Join(out, "\n")
 }
 
-// fullYAML is the object with its managed fields, to show who wrote it.
-func fullYAML(u *unstructured.Unstructured) string {
-	b, err := yaml.Marshal(u.Object)
-	if err != nil {
-		return err.Error()
+func conditionTimes(u *unstructured.Unstructured) string {
+	var out []string
+	for _, c := range conditions(u) {
+		out = append(out, fmt.Sprintf("%s=%s@%s", c.Type, c.Status, c.LastTransitionTime.Format("15:04:05")))
 	}
-	return string(b)
+	return strings.Join(out, " ")
+}
+
+// settle waits until the XR's resourceVersion has held for quiet (at most
+// limit), so a steady-state check does not start inside a burst of writes.
+func (s *suite) settle(t *testing.T, d database, quiet, limit time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	rv, since := d.get(t).GetResourceVersion(), time.Now()
+	for time.Since(since) < quiet {
+		if time.Since(t0) > limit {
+			t.Logf("%s still changing after %s; starting anyway", d, limit)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+		if now := d.get(t).GetResourceVersion(); now != rv {
+			rv, since = now, time.Now()
+		}
+	}
+	t.Logf("%s settled (resourceVersion %s unchanged for %s, after %s)", d, rv, quiet, time.Since(t0).Round(100*time.Millisecond))
 }
