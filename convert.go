@@ -1,22 +1,41 @@
 package main
 
 import (
+	"cmp"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
-// toStruct converts a typed Kubernetes object into the protobuf Struct a
-// RunFunctionResponse carries, in one reflective walk (no JSON round trip).
+// The composed resources go into the response as google.protobuf.Struct. The
+// converter here walks a typed Kubernetes object once, by reflection, and
+// appends that Struct's protobuf wire form straight to a byte slice: no JSON
+// round trip, no unstructured map, no tree of structpb.Value objects that
+// would only be built to be marshaled and thrown away (that tree and its
+// deterministic marshal were a third of the function's CPU per request).
+//
+// The output is the canonical deterministic encoding: the bytes
+// proto.MarshalOptions{Deterministic: true} gives for the same Struct (keys
+// sorted), which convert_test.go checks for every composed kind.
 //
 // It follows the JSON tags, and strips what the API server owns or what Go's
 // zero values add, guided by the types rather than the values:
@@ -30,199 +49,419 @@ import (
 // emptyDir: {} is a volume. Scalars stay whenever omitempty does not drop
 // them, so allowPrivilegeEscalation: false and automountServiceAccountToken:
 // false are kept.
+
+// Wire tags (field number << 3 | wire type) of google.protobuf.Struct,
+// Value, ListValue and of the fields' map entries, and of Resource.resource.
+const (
+	tagStructFields = byte(1<<3) | byte(protowire.BytesType)   // Struct.fields: repeated map entry
+	tagEntryKey     = byte(1<<3) | byte(protowire.BytesType)   // map entry key
+	tagEntryValue   = byte(2<<3) | byte(protowire.BytesType)   // map entry value (a Value)
+	tagNull         = byte(1<<3) | byte(protowire.VarintType)  // Value.null_value
+	tagNumber       = byte(2<<3) | byte(protowire.Fixed64Type) // Value.number_value (fixed64)
+	tagString       = byte(3<<3) | byte(protowire.BytesType)   // Value.string_value
+	tagBool         = byte(4<<3) | byte(protowire.VarintType)  // Value.bool_value
+	tagStruct       = byte(5<<3) | byte(protowire.BytesType)   // Value.struct_value
+	tagList         = byte(6<<3) | byte(protowire.BytesType)   // Value.list_value
+	tagListValues   = byte(1<<3) | byte(protowire.BytesType)   // ListValue.values
+	tagResource     = byte(1<<3) | byte(protowire.BytesType)   // fnv1.Resource.resource
+)
+
+// composedResource returns the Resource for obj with the given readiness.
+// Its resource field travels as pre-encoded bytes (the message's unknown
+// field 1, which protobuf marshals verbatim), so on the wire it is exactly a
+// Resource whose resource is obj's Struct. Inside this process GetResource()
+// is nil: whoever needs the Struct decodes the marshaled response, as
+// Crossplane does.
+func composedResource(obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
+	hint := sizeHint(reflect.TypeOf(obj))
+	b, err := appendStructMessage(make([]byte, 0, hint.Load()), tagResource, obj)
+	if err != nil {
+		return nil, err
+	}
+	hint.Store(int64(len(b) + len(b)/8))
+	r := &fnv1.Resource{Ready: ready}
+	r.ProtoReflect().SetUnknown(b)
+	return r, nil
+}
+
+var sizeHints sync.Map // reflect.Type -> *atomic.Int64
+
+// sizeHint is the buffer size to start encoding an object of type t with:
+// the last such object's size and some room, so that the buffer is
+// allocated once instead of grown by doubling (bounded by the handful of
+// types composed).
+func sizeHint(t reflect.Type) *atomic.Int64 {
+	if h, ok := sizeHints.Load(t); ok {
+		return h.(*atomic.Int64) //nolint:forcetypeassert // only *atomic.Int64 is stored
+	}
+	h := &atomic.Int64{}
+	h.Store(1024)
+	actual, _ := sizeHints.LoadOrStore(t, h)
+	return actual.(*atomic.Int64) //nolint:forcetypeassert // only *atomic.Int64 is stored
+}
+
+// toStruct converts a typed Kubernetes object into a protobuf Struct (for
+// the few places that merge into a Struct, such as the XR's status).
 func toStruct(obj any) (*structpb.Struct, error) {
+	b, err := marshalStruct(obj)
+	if err != nil {
+		return nil, err
+	}
+	s := &structpb.Struct{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// marshalStruct returns the wire form of obj's Struct.
+func marshalStruct(obj any) ([]byte, error) {
+	v, err := structOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	return appendFields(nil, v, true)
+}
+
+// appendStructMessage appends obj's Struct as the message field tag.
+func appendStructMessage(b []byte, tag byte, obj any) ([]byte, error) {
+	v, err := structOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	b, at := openMessage(b, tag)
+	b, err = appendFields(b, v, true)
+	if err != nil {
+		return nil, err
+	}
+	return closeMessage(b, at), nil
+}
+
+func structOf(obj any) (reflect.Value, error) {
 	v := reflect.ValueOf(obj)
-	for v.Kind() == reflect.Pointer {
+	for v.Kind() == reflect.Pointer && !v.IsNil() {
 		v = v.Elem()
 	}
 	if v.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("cannot convert %T: not a struct", obj)
+		return reflect.Value{}, fmt.Errorf("cannot convert %T: not a struct", obj)
 	}
-	s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	if err := encodeFields(v, s.Fields); err != nil {
-		return nil, err
+	return v, nil
+}
+
+// openMessage appends a length-delimited field's tag and a one-byte length
+// placeholder, and returns where the placeholder is.
+func openMessage(b []byte, tag byte) ([]byte, int) {
+	b = append(b, tag, 0)
+	return b, len(b) - 1
+}
+
+// closeMessage writes the length of what follows the placeholder at at. Most
+// messages (a scalar Value, a short map entry) fit the one byte; a longer one
+// is moved right by the extra bytes its varint length needs.
+func closeMessage(b []byte, at int) []byte {
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
 	}
-	delete(s.Fields, "status")
-	return s, nil
+	extra := protowire.SizeVarint(uint64(n)) - 1
+	b = slices.Grow(b, extra)[:len(b)+extra]
+	copy(b[at+1+extra:], b[at+1:at+1+n])
+	protowire.AppendVarint(b[:at], uint64(n))
+	return b
+}
+
+func appendString(b []byte, tag byte, s string) ([]byte, error) {
+	if !utf8.ValidString(s) {
+		return nil, fmt.Errorf("%q is not valid UTF-8", s)
+	}
+	b = append(b, tag)
+	b = protowire.AppendVarint(b, uint64(len(s)))
+	return append(b, s...), nil
+}
+
+func appendNumber(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(append(b, tagNumber), math.Float64bits(f))
+}
+
+func appendBool(b []byte, x bool) []byte {
+	if x {
+		return append(b, tagBool, 1)
+	}
+	return append(b, tagBool, 0)
 }
 
 // fieldInfo is a struct field's JSON encoding, cached per type.
 type fieldInfo struct {
-	index     int
+	path      []int // field indexes from the outer struct, through inlined ones
 	name      string
 	omitEmpty bool
 	omitZero  bool
-	inline    bool
 }
 
 var fieldCache sync.Map // reflect.Type -> []fieldInfo
 
+// fieldsOf returns t's JSON fields sorted by name, inlined structs flattened
+// (the shallowest field wins a name, as in encoding/json), so that a Struct's
+// keys come out in the deterministic order without sorting per request.
 func fieldsOf(t reflect.Type) []fieldInfo {
 	if f, ok := fieldCache.Load(t); ok {
 		return f.([]fieldInfo) //nolint:forcetypeassert // only []fieldInfo is stored
 	}
-	fs := make([]fieldInfo, 0, t.NumField())
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		if !sf.IsExported() {
-			continue
-		}
-		tag := sf.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		fi := fieldInfo{index: i, name: name, omitEmpty: strings.Contains(opts, "omitempty"), omitZero: strings.Contains(opts, "omitzero")}
-		if name == "" {
-			if !sf.Anonymous {
-				fi.name = sf.Name
-			} else {
-				fi.inline = true
+	var fs []fieldInfo
+	depth := map[string]int{}
+	var walk func(t reflect.Type, path []int)
+	walk = func(t reflect.Type, path []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if !sf.IsExported() && !sf.Anonymous {
+				continue
 			}
+			tag := sf.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			p := append(slices.Clip(path), i)
+			if (name == "" && sf.Anonymous) || strings.Contains(opts, "inline") {
+				ft := sf.Type
+				if ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if ft.Kind() == reflect.Struct {
+					walk(ft, p)
+				}
+				continue
+			}
+			if !sf.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = sf.Name
+			}
+			if d, seen := depth[name]; seen && d <= len(p) {
+				continue
+			}
+			fs = slices.DeleteFunc(fs, func(f fieldInfo) bool { return f.name == name })
+			depth[name] = len(p)
+			fs = append(fs, fieldInfo{path: p, name: name, omitEmpty: strings.Contains(opts, "omitempty"), omitZero: strings.Contains(opts, "omitzero")})
 		}
-		if strings.Contains(opts, "inline") {
-			fi.inline = true
-		}
-		fs = append(fs, fi)
 	}
+	walk(t, nil)
+	slices.SortFunc(fs, func(a, b fieldInfo) int { return cmp.Compare(a.name, b.name) })
 	fieldCache.Store(t, fs)
 	return fs
 }
 
-func encodeFields(v reflect.Value, into map[string]*structpb.Value) error {
+// fieldByPath follows path from v; ok is false when it crosses a nil pointer to an
+// inlined struct.
+func fieldByPath(v reflect.Value, path []int) (reflect.Value, bool) {
+	for i, idx := range path {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return reflect.Value{}, false
+			}
+			v = v.Elem()
+		}
+		v = v.Field(idx)
+	}
+	return v, true
+}
+
+// appendFields appends the Struct fields of struct v (top: without status).
+func appendFields(b []byte, v reflect.Value, top bool) ([]byte, error) {
 	for _, fi := range fieldsOf(v.Type()) {
-		f := v.Field(fi.index)
-		if fi.inline {
-			for f.Kind() == reflect.Pointer {
-				if f.IsNil() {
-					break
-				}
-				f = f.Elem()
-			}
-			if f.Kind() == reflect.Struct {
-				if err := encodeFields(f, into); err != nil {
-					return err
-				}
-			}
+		if top && fi.name == "status" {
 			continue
 		}
-		if (fi.omitEmpty && isEmpty(f)) || (fi.omitZero && f.IsZero()) {
+		f, ok := fieldByPath(v, fi.path)
+		if !ok || (fi.omitEmpty && isEmpty(f)) || (fi.omitZero && f.IsZero()) {
 			continue
 		}
-		val, keep, err := encode(f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", fi.name, err)
-		}
-		if keep {
-			into[fi.name] = val
+		var err error
+		if b, err = appendEntry(b, fi.name, f); err != nil {
+			return nil, fmt.Errorf("%s: %w", fi.name, err)
 		}
 	}
-	return nil
+	return b, nil
+}
+
+// appendEntry appends the map entry key: v, or nothing when v is noise.
+func appendEntry(b []byte, key string, v reflect.Value) ([]byte, error) {
+	start := len(b)
+	b, entry, val, err := openEntry(b, key)
+	if err != nil {
+		return nil, err
+	}
+	b, keep, err := appendValue(b, v)
+	if err != nil {
+		return nil, err
+	}
+	if !keep {
+		return b[:start], nil
+	}
+	return closeMessage(closeMessage(b, val), entry), nil
+}
+
+// openEntry opens a Struct map entry and its value, after the key.
+func openEntry(b []byte, key string) (_ []byte, entry, val int, _ error) {
+	b, entry = openMessage(b, tagStructFields)
+	b, err := appendString(b, tagEntryKey, key)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	b, val = openMessage(b, tagEntryValue)
+	return b, entry, val, nil
+}
+
+// appendStringMap is appendMap for the most common map, labels and data:
+// no reflection per entry.
+func appendStringMap(b []byte, m map[string]string) ([]byte, error) {
+	b, at := openMessage(b, tagStruct)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		var entry, val int
+		var err error
+		if b, entry, val, err = openEntry(b, k); err != nil {
+			return nil, err
+		}
+		if b, err = appendString(b, tagString, m[k]); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		b = closeMessage(closeMessage(b, val), entry)
+	}
+	return closeMessage(b, at), nil
 }
 
 var (
-	typeTime     = reflect.TypeFor[metav1.Time]()
-	typeQuantity = reflect.TypeFor[resource.Quantity]()
-	typeIntOrStr = reflect.TypeFor[intstr.IntOrString]()
-	typeBytes    = reflect.TypeFor[[]byte]()
-	typeMarshal  = reflect.TypeFor[json.Marshaler]()
+	typeTime      = reflect.TypeFor[metav1.Time]()
+	typeQuantity  = reflect.TypeFor[resource.Quantity]()
+	typeIntOrStr  = reflect.TypeFor[intstr.IntOrString]()
+	typeBytes     = reflect.TypeFor[[]byte]()
+	typeStringMap = reflect.TypeFor[map[string]string]()
+	typeMarshal   = reflect.TypeFor[json.Marshaler]()
 )
 
-// encode returns the Struct value of v, or keep=false for noise.
-func encode(v reflect.Value) (*structpb.Value, bool, error) {
+// appendValue appends the fields of v's Value, or returns keep=false for
+// noise (and b unchanged).
+func appendValue(b []byte, v reflect.Value) ([]byte, bool, error) {
 	switch v.Type() {
 	case typeTime:
 		t := v.Interface().(metav1.Time) //nolint:forcetypeassert // checked by type
 		if t.IsZero() {
-			return nil, false, nil
+			return b, false, nil
 		}
-		return structpb.NewStringValue(t.UTC().Format(time.RFC3339)), true, nil
+		b, err := appendString(b, tagString, t.UTC().Format(time.RFC3339))
+		return b, true, err
 	case typeQuantity:
 		q := v.Interface().(resource.Quantity) //nolint:forcetypeassert // checked by type
-		return structpb.NewStringValue(q.String()), true, nil
+		b, err := appendString(b, tagString, q.String())
+		return b, true, err
 	case typeIntOrStr:
 		is := v.Interface().(intstr.IntOrString) //nolint:forcetypeassert // checked by type
 		if is.Type == intstr.String {
-			return structpb.NewStringValue(is.StrVal), true, nil
+			b, err := appendString(b, tagString, is.StrVal)
+			return b, true, err
 		}
-		return structpb.NewNumberValue(float64(is.IntVal)), true, nil
+		return appendNumber(b, float64(is.IntVal)), true, nil
 	case typeBytes:
 		if v.IsNil() {
-			return nil, false, nil
+			return b, false, nil
 		}
-		return structpb.NewStringValue(base64.StdEncoding.EncodeToString(v.Bytes())), true, nil
+		b, err := appendString(b, tagString, base64.StdEncoding.EncodeToString(v.Bytes()))
+		return b, true, err
 	}
 
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
-			return nil, false, nil
+			return b, false, nil
 		}
 		if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct && !hasSpecialEncoding(v.Elem().Type()) {
 			// A pointer to a struct is kept even when empty: emptyDir: {}.
-			s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-			if err := encodeFields(v.Elem(), s.Fields); err != nil {
-				return nil, false, err
-			}
-			return structpb.NewStructValue(s), true, nil
+			return appendStructValue(b, v.Elem())
 		}
-		return encode(v.Elem())
+		return appendValue(b, v.Elem())
 	case reflect.Struct:
 		if v.IsZero() {
-			return nil, false, nil
+			return b, false, nil
 		}
 		if marshalsJSON(v.Type()) {
-			return encodeJSON(v)
+			return appendJSON(b, v)
 		}
-		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		if err := encodeFields(v, s.Fields); err != nil {
-			return nil, false, err
-		}
-		return structpb.NewStructValue(s), true, nil
+		return appendStructValue(b, v)
 	case reflect.Map:
 		if v.IsNil() {
-			return nil, false, nil
+			return b, false, nil
 		}
-		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, v.Len())}
-		it := v.MapRange()
-		for it.Next() {
-			val, keep, err := encode(it.Value())
-			if err != nil {
-				return nil, false, err
-			}
-			if keep {
-				s.Fields[it.Key().String()] = val
-			}
+		if v.Type() == typeStringMap {
+			b, err := appendStringMap(b, v.Interface().(map[string]string)) //nolint:forcetypeassert // checked by type
+			return b, true, err
 		}
-		return structpb.NewStructValue(s), true, nil
+		return appendMap(b, v)
 	case reflect.Slice, reflect.Array:
 		if v.Kind() == reflect.Slice && v.IsNil() {
-			return nil, false, nil
+			return b, false, nil
 		}
-		l := &structpb.ListValue{Values: make([]*structpb.Value, 0, v.Len())}
-		for i := range v.Len() {
-			val, keep, err := encode(v.Index(i))
-			if err != nil {
-				return nil, false, err
-			}
-			if !keep {
-				val = structpb.NewNullValue()
-			}
-			l.Values = append(l.Values, val)
-		}
-		return structpb.NewListValue(l), true, nil
+		return appendList(b, v)
 	case reflect.String:
-		return structpb.NewStringValue(v.String()), true, nil
+		b, err := appendString(b, tagString, v.String())
+		return b, true, err
 	case reflect.Bool:
-		return structpb.NewBoolValue(v.Bool()), true, nil
+		return appendBool(b, v.Bool()), true, nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return structpb.NewNumberValue(float64(v.Int())), true, nil
+		return appendNumber(b, float64(v.Int())), true, nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return structpb.NewNumberValue(float64(v.Uint())), true, nil
+		return appendNumber(b, float64(v.Uint())), true, nil
 	case reflect.Float32, reflect.Float64:
-		return structpb.NewNumberValue(v.Float()), true, nil
+		return appendNumber(b, v.Float()), true, nil
 	}
 	return nil, false, fmt.Errorf("cannot convert a value of type %s", v.Type())
+}
+
+func appendStructValue(b []byte, v reflect.Value) ([]byte, bool, error) {
+	b, at := openMessage(b, tagStruct)
+	b, err := appendFields(b, v, false)
+	if err != nil {
+		return nil, false, err
+	}
+	return closeMessage(b, at), true, nil
+}
+
+// appendMap appends a string-keyed map as a Struct, keys sorted.
+func appendMap(b []byte, v reflect.Value) ([]byte, bool, error) {
+	if v.Type().Key().Kind() != reflect.String {
+		return nil, false, fmt.Errorf("cannot convert a map with %s keys", v.Type().Key())
+	}
+	keys := v.MapKeys()
+	slices.SortFunc(keys, func(a, b reflect.Value) int { return cmp.Compare(a.String(), b.String()) })
+	b, at := openMessage(b, tagStruct)
+	for _, k := range keys {
+		var err error
+		if b, err = appendEntry(b, k.String(), v.MapIndex(k)); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", k.String(), err)
+		}
+	}
+	return closeMessage(b, at), true, nil
+}
+
+// appendList appends a ListValue; an element that is noise becomes null, as
+// encoding/json would write it.
+func appendList(b []byte, v reflect.Value) ([]byte, bool, error) {
+	b, list := openMessage(b, tagList)
+	for i := range v.Len() {
+		var at int
+		var keep bool
+		var err error
+		b, at = openMessage(b, tagListValues)
+		if b, keep, err = appendValue(b, v.Index(i)); err != nil {
+			return nil, false, fmt.Errorf("[%d]: %w", i, err)
+		}
+		if !keep {
+			b = append(b, tagNull, 0)
+		}
+		b = closeMessage(b, at)
+	}
+	return closeMessage(b, list), true, nil
 }
 
 func hasSpecialEncoding(t reflect.Type) bool {
@@ -246,18 +485,19 @@ func marshalsJSON(t reflect.Type) bool {
 	return m
 }
 
-// encodeJSON handles the rare type with its own JSON form that toStruct does
-// not know (none in the kinds composed today).
-func encodeJSON(v reflect.Value) (*structpb.Value, bool, error) {
-	b, err := json.Marshal(v.Interface())
+// appendJSON handles the rare type with its own JSON form that the converter
+// does not know (none in the kinds composed today).
+func appendJSON(b []byte, v reflect.Value) ([]byte, bool, error) {
+	j, err := json.Marshal(v.Interface())
 	if err != nil {
 		return nil, false, err
 	}
-	out := &structpb.Value{}
-	if err := out.UnmarshalJSON(b); err != nil {
+	val := &structpb.Value{}
+	if err := val.UnmarshalJSON(j); err != nil {
 		return nil, false, err
 	}
-	return out, true, nil
+	b, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, val)
+	return b, true, err
 }
 
 // isEmpty is encoding/json's omitempty test.

@@ -127,11 +127,11 @@ func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o 
 		rsp.Desired.Resources = make(map[string]*fnv1.Resource, len(desired))
 	}
 	for name, obj := range desired {
-		s, err := toStruct(obj)
+		r, err := composedResource(obj, ready(name, o, replicas))
 		if err != nil {
 			return errors.Wrapf(err, "cannot convert %q", name)
 		}
-		rsp.Desired.Resources[string(name)] = &fnv1.Resource{Resource: s, Ready: ready(name, o, replicas)}
+		rsp.Desired.Resources[string(name)] = r
 	}
 	return nil
 }

@@ -219,7 +219,7 @@ func runWithin(t *testing.T, f *Function, req *fnv1.RunFunctionRequest) *fnv1.Ru
 	if rsp == nil {
 		t.Fatal("RunFunction returned no response and no error")
 	}
-	return rsp
+	return overTheWire(t, rsp)
 }
 
 // fuzzRequest builds a request from the JSON of an XR (empty: none), of a

@@ -31,7 +31,23 @@ func runTest(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionRespon
 	if err != nil {
 		t.Fatalf("RunFunction returned a Go error: %v", err)
 	}
-	return rsp
+	return overTheWire(t, rsp)
+}
+
+// overTheWire returns rsp as Crossplane receives it: marshaled as the server
+// does and decoded. The composed resources leave RunFunction as pre-encoded
+// bytes (composedResource); this is where they become Structs again.
+func overTheWire(t testing.TB, rsp *fnv1.RunFunctionResponse) *fnv1.RunFunctionResponse {
+	t.Helper()
+	b, err := deterministicCodec{}.Marshal(rsp)
+	if err != nil {
+		t.Fatalf("cannot marshal the response: %v", err)
+	}
+	out := &fnv1.RunFunctionResponse{}
+	if err := proto.Unmarshal(b, out); err != nil {
+		t.Fatalf("cannot unmarshal the response: %v", err)
+	}
+	return out
 }
 
 func readYAMLStruct(t testing.TB, path string) *structpb.Struct {

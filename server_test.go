@@ -228,7 +228,7 @@ func TestServeConcurrently(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := cmp.Diff(direct, rsp, protocmp.Transform()); d != "" {
+		if d := cmp.Diff(overTheWire(t, direct), rsp, protocmp.Transform()); d != "" {
 			t.Fatalf("%s: the server's response differs from RunFunction's (-direct +server):\n%s", r.name, d)
 		}
 		want[i] = rsp
@@ -805,6 +805,7 @@ func TestRequestSizeLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plain = overTheWire(t, plain)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			conn := dial(t, startServer(t, parseCLI(t, append([]string{"--insecure", "--metrics-address="}, tc.args...)...), fn), insecure.NewCredentials())

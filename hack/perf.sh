@@ -8,6 +8,8 @@
 #   hack/perf.sh --no-load            benchmarks only
 #   hack/perf.sh --profile            also CPU/alloc profiles of the benchmarks (top functions)
 #   hack/perf.sh --leak               1e6 requests at concurrency 8 on the largest request, RSS every 100k
+#   hack/perf.sh --profile-load       CPU profile of the whole function process (gRPC and protobuf
+#                                     included) under load at concurrency 8 on the largest request
 #   hack/perf.sh -- FLAGS...          extra cmd/loadtest flags (see go run ./cmd/loadtest -h)
 #
 # Environment: PERF_REQUESTS (request files; default testdata/perf/*.yaml),
@@ -19,7 +21,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${PERF_OUT:-$root/_output/perf}
-bench=1 load=1 profile=0 leak=0 status=0
+bench=1 load=1 profile=0 leak=0 profload=0 status=0
 extra=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
 	--no-load) load=0 ;;
 	--profile) profile=1 ;;
 	--leak) leak=1 bench=0 ;;
+	--profile-load) profload=1 bench=0 ;;
 	--) shift; extra=("$@"); break ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "perf.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -73,13 +76,29 @@ fi
 args=()
 for r in "${requests[@]}"; do args+=(--request "$r"); done
 
+# The largest request file: the one whose leak or hot spot would show first.
+big='' size=-1
+for r in "${requests[@]}"; do
+	s=$(stat -c %s "$r")
+	if [ "$s" -gt "$size" ]; then big=$r size=$s; fi
+done
+
+if [ "$profload" = 1 ]; then
+	# pprof.go (build tag pprof) serves net/http/pprof on a loopback port.
+	CGO_ENABLED=0 go build -tags pprof -trimpath -o "$out/function-database-pprof" .
+	port=$((20000 + RANDOM % 20000))
+	echo "==> profiling the function process: $big at concurrency 8, pprof on 127.0.0.1:$port" >&2
+	"$out/loadtest" --function "$out/function-database-pprof" --request "$big" --concurrency 8 \
+		--duration 20s --warmup 1s --env "FUNCTION_PPROF_ADDRESS=127.0.0.1:$port" "${extra[@]}" >&2 &
+	lt=$!
+	sleep 5
+	curl -sf -o "$out/process-cpu.prof" "http://127.0.0.1:$port/debug/pprof/profile?seconds=12" || status=1
+	wait "$lt" || status=1
+	go tool pprof -top -cum -nodecount=50 "$out/function-database-pprof" "$out/process-cpu.prof" 2>/dev/null | tee "$out/process-cpu-cum.txt"
+	exit "$status"
+fi
+
 if [ "$leak" = 1 ]; then
-	# The largest request file: the one whose leak would show first.
-	big='' size=-1
-	for r in "${requests[@]}"; do
-		s=$(stat -c %s "$r")
-		if [ "$s" -gt "$size" ]; then big=$r size=$s; fi
-	done
 	echo "==> leak check: 1e6 requests of $big at concurrency 8" >&2
 	exec "$out/loadtest" --function "$out/function-database" --request "$big" \
 		--concurrency 8 --requests 1000000 --report-every 100000 --timeout 2h \
