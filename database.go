@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -208,6 +211,9 @@ func validateName(p *field.Path, name string) field.ErrorList {
 // its path. Unknown fields are allowed: Crossplane adds its own (spec.crossplane,
 // spec.claimRef, spec.resourceRefs ...).
 func decodeSpec(v *structpb.Value) (*databaseSpec, *field.Error) {
+	if err := caseMismatch(v.GetStructValue(), reflect.TypeFor[databaseSpec](), field.NewPath("spec")); err != nil {
+		return nil, err
+	}
 	b, err := protojson.Marshal(v)
 	if err != nil {
 		return nil, field.InternalError(field.NewPath("spec"), err)
@@ -225,6 +231,35 @@ func decodeSpec(v *structpb.Value) (*databaseSpec, *field.Error) {
 		return nil, field.Invalid(field.NewPath("spec"), string(b), err.Error())
 	}
 	return spec, nil
+}
+
+// caseMismatch reports a key of s that differs from a field of struct type t
+// only in case ("Version"). encoding/json would take it for the field; the
+// API server, whose schema is case-sensitive, would prune it. Neither is
+// what the user meant, so it is an error that names the field. Other
+// unknown keys pass: Crossplane adds its own fields to an XR's spec.
+func caseMismatch(s *structpb.Struct, t reflect.Type, p *field.Path) *field.Error {
+	fields := fieldsOf(t)
+	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
+		for _, f := range fields {
+			if f.name != k && strings.EqualFold(f.name, k) {
+				return field.Invalid(p.Child(k), k, fmt.Sprintf("field names are case-sensitive: did you mean %q?", f.name))
+			}
+			if f.name != k {
+				continue
+			}
+			ft := t.FieldByIndex(f.path).Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if sub := s.GetFields()[k].GetStructValue(); sub != nil && ft.Kind() == reflect.Struct {
+				if err := caseMismatch(sub, ft, p.Child(k)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func jsonKind(k string) string {

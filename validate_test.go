@@ -39,6 +39,8 @@ func TestBadInput(t *testing.T) {
 		"VersionLatest":     {reason: "a floating version", xr: xr(`{version: "latest", size: small}`), want: []string{"spec.version"}},
 		"VersionTooOld":     {reason: "an unsupported major", xr: xr(`{version: "13", size: small}`), want: []string{"spec.version", `supported values: "14", "15", "16", "17", "18"`}},
 		"VersionTooNew":     {reason: "a future major", xr: xr(`{version: "19.1", size: small}`), want: []string{"spec.version", "Unsupported value"}},
+		"KeyCase":           {reason: "a key that differs from a field only in case", xr: xr(`{Version: "16", size: small}`), want: []string{"spec.Version", `did you mean "version"`}},
+		"NestedKeyCase":     {reason: "a nested key in the wrong case", xr: xr(`{version: "16", size: small, backup: {enabled: true, Schedule: "0 2 * * *"}}`), want: []string{"spec.backup.Schedule", `did you mean "schedule"`}},
 		"SizeUnknown":       {reason: "an unknown tier", xr: xr(`{version: "16", size: huge}`), want: []string{"spec.size", `supported values: "small", "medium", "large"`}},
 		"SizeWrongType":     {reason: "size as an object", xr: xr(`{version: "16", size: {tier: small}}`), want: []string{"spec.size", "must be a string"}},
 		"BadCron":           {reason: "a schedule that is not cron", xr: xr(`{version: "16", size: small, backup: {enabled: true, schedule: "every night"}}`), want: []string{"spec.backup.schedule", "5-field cron"}},
