@@ -300,7 +300,7 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 	db.StorageClassName = cfg.StorageClassName
 	if st := s.Storage; st != nil {
 		if st.Size != "" {
-			q, e := positiveQuantity(spec.Child("storage", "size"), st.Size)
+			q, e := volumeQuantity(spec.Child("storage", "size"), st.Size)
 			errs = append(errs, e...)
 			db.Storage = q
 		}
@@ -327,7 +327,7 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 			db.Backup.Retention = *b.Retention
 		}
 		if b.Storage != "" {
-			q, e := positiveQuantity(bp.Child("storage"), b.Storage)
+			q, e := volumeQuantity(bp.Child("storage"), b.Storage)
 			errs = append(errs, e...)
 			db.Backup.Storage = q
 		}

@@ -80,9 +80,9 @@ func resolveTiers(in *v1beta1.Input) (map[string]tier, field.ErrorList) {
 		errs = append(errs, e...)
 		t.Memory, e = positiveQuantity(p.Child("memory"), or(o.Memory, base.Memory))
 		errs = append(errs, e...)
-		t.Storage, e = positiveQuantity(p.Child("storage"), or(o.Storage, base.Storage))
+		t.Storage, e = volumeQuantity(p.Child("storage"), or(o.Storage, base.Storage))
 		errs = append(errs, e...)
-		t.BackupStorage, e = positiveQuantity(p.Child("backupStorage"), or(o.BackupStorage, base.BackupStorage))
+		t.BackupStorage, e = volumeQuantity(p.Child("backupStorage"), or(o.BackupStorage, base.BackupStorage))
 		errs = append(errs, e...)
 		for _, k := range slices.Sorted(maps.Keys(o.Settings)) {
 			errs = append(errs, validateSetting(p.Child("settings").Key(k), k, o.Settings[k])...)
@@ -137,6 +137,20 @@ func positiveQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorLi
 		return q, field.ErrorList{field.Invalid(p, s, "must be greater than zero")}
 	}
 	return q, nil
+}
+
+// minVolume is the smallest data or backup volume: PostgreSQL keeps up to
+// max_wal_size (1GB by default) of WAL on the data volume, so anything
+// smaller fills up under ordinary writes; a fraction of a byte ("0.5")
+// would be a volume no provisioner can make.
+var minVolume = resource.MustParse("1Gi")
+
+func volumeQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorList) {
+	q, errs := positiveQuantity(p, s)
+	if len(errs) == 0 && q.Cmp(minVolume) < 0 {
+		errs = field.ErrorList{field.Invalid(p, s, "must be at least 1Gi (PostgreSQL keeps up to 1GB of WAL)")}
+	}
+	return q, errs
 }
 
 func or(s, def string) string {
