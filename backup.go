@@ -88,25 +88,8 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 						Spec: podSpecDefaults(corev1.PodSpec{
 							RestartPolicy: corev1.RestartPolicyNever,
 							Affinity:      besidePod(true, primaryLabels(db)),
-							Containers: []corev1.Container{{
-								Name:            containerBackup,
-								Image:           p.Image,
-								ImagePullPolicy: corev1.PullIfNotPresent,
-								Command:         []string{"bash", scriptsDir + "/" + scripts.Backup},
-								Env:             env,
-								Resources:       jobResources(),
-								VolumeMounts: []corev1.VolumeMount{
-									{Name: volBackups, MountPath: backupsDir},
-									{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-									{Name: volTmp, MountPath: tmpDir},
-								},
-								SecurityContext: containerSecurityContext(),
-							}},
-							Volumes: []corev1.Volume{
-								claimVolume(volBackups, backupsClaimName(db.Name), false),
-								scriptsVolume(db),
-								{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-							},
+							Containers:    []corev1.Container{jobContainer(containerBackup, p.Image, scripts.Backup, env, volBackups, backupsDir, false)},
+							Volumes:       jobVolumes(db, volBackups, backupsClaimName(db.Name), false),
 						}),
 					},
 				},
@@ -118,6 +101,34 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 // restoreRefused is restore.sh's exit code for a database that already holds
 // user tables.
 const restoreRefused = 3
+
+// jobContainer is the container of a backup or restore Job: script from the
+// scripts volume, the backup volume vol at dir, a scratch /tmp.
+func jobContainer(name, image, script string, env []corev1.EnvVar, vol, dir string, readOnly bool) corev1.Container {
+	return corev1.Container{
+		Name:            name,
+		Image:           image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"bash", scriptsDir + "/" + script},
+		Env:             env,
+		Resources:       jobResources(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: vol, MountPath: dir, ReadOnly: readOnly},
+			{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+			{Name: volTmp, MountPath: tmpDir},
+		},
+		SecurityContext: containerSecurityContext(),
+	}
+}
+
+// jobVolumes are the volumes jobContainer mounts.
+func jobVolumes(db *database, vol, claim string, readOnly bool) []corev1.Volume {
+	return []corev1.Volume{
+		claimVolume(vol, claim, readOnly),
+		scriptsVolume(db),
+		{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+}
 
 func claimVolume(name, claim string, readOnly bool) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
@@ -161,26 +172,9 @@ func restoreJob(db *database, p *plan) *batchv1.Job {
 					RestartPolicy: corev1.RestartPolicyNever,
 					// Near the source's primary when it still runs: its
 					// backup volume is attached there.
-					Affinity: besidePod(false, map[string]string{labelName: appName, labelInstance: src.Database, labelPodName: src.Database + "-0"}),
-					Containers: []corev1.Container{{
-						Name:            containerRestore,
-						Image:           p.Image,
-						ImagePullPolicy: corev1.PullIfNotPresent,
-						Command:         []string{"bash", scriptsDir + "/" + scripts.Restore},
-						Env:             env,
-						Resources:       jobResources(),
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: volRestore, MountPath: restoreDir, ReadOnly: true},
-							{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-							{Name: volTmp, MountPath: tmpDir},
-						},
-						SecurityContext: containerSecurityContext(),
-					}},
-					Volumes: []corev1.Volume{
-						claimVolume(volRestore, backupsClaimName(src.Database), true),
-						scriptsVolume(db),
-						{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
+					Affinity:   besidePod(false, map[string]string{labelName: appName, labelInstance: src.Database, labelPodName: src.Database + "-0"}),
+					Containers: []corev1.Container{jobContainer(containerRestore, p.Image, scripts.Restore, env, volRestore, restoreDir, true)},
+					Volumes:    jobVolumes(db, volRestore, backupsClaimName(src.Database), true),
 				}),
 			},
 		},

@@ -138,17 +138,7 @@ func TestMarshalStructCanonical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &structpb.Struct{}
-			if err := proto.Unmarshal(b, s); err != nil {
-				t.Fatal(err)
-			}
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(want, b) {
-				t.Errorf("not the canonical encoding: %d bytes, canonical %d", len(b), len(want))
-			}
+			s := decodeCanonical(t, b)
 
 			// As a composed resource it decodes to a Resource carrying
 			// that Struct and the readiness.
@@ -169,6 +159,24 @@ func TestMarshalStructCanonical(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decodeCanonical decodes a Struct's wire form, failing t unless the bytes
+// are what protobuf's deterministic marshal gives for it.
+func decodeCanonical(t *testing.T, b []byte) *structpb.Struct {
+	t.Helper()
+	s := &structpb.Struct{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		t.Fatal(err)
+	}
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, b) {
+		t.Errorf("not the canonical encoding: %d bytes, canonical %d", len(b), len(want))
+	}
+	return s
 }
 
 // TestMarshalStructCases pins the JSON rules the converter follows on small
@@ -271,14 +279,7 @@ func TestMarshalStructCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := &structpb.Struct{}
-			if err := proto.Unmarshal(b, s); err != nil {
-				t.Fatal(err)
-			}
-			canonical, _ := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-			if !bytes.Equal(canonical, b) {
-				t.Errorf("not the canonical encoding")
-			}
+			s := decodeCanonical(t, b)
 			// Compare with encoding/json's form of the same object where
 			// the case states none.
 			want := tc.want

@@ -368,26 +368,37 @@ type testCA struct {
 
 var certSerial int64 = 1
 
-func newTestCA(t *testing.T, name string) *testCA {
+// newCert signs tmpl (given a serial number and key here) with parent's key,
+// or self-signs it when parent is nil.
+func newCert(t *testing.T, tmpl *x509.Certificate, parent *testCA) (der []byte, key *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	certSerial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(certSerial),
+	tmpl.SerialNumber = big.NewInt(certSerial)
+	signer, signerKey := tmpl, key
+	if parent != nil {
+		signer, signerKey = parent.cert, parent.key
+	}
+	der, err = x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	der, key := newCert(t, &x509.Certificate{
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil)
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		t.Fatal(err)
@@ -398,25 +409,15 @@ func newTestCA(t *testing.T, name string) *testCA {
 // issue signs a leaf certificate for 127.0.0.1, valid between the times.
 func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certSerial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(certSerial),
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{name},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, key := newCert(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		DNSNames:    []string{name},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:   notBefore,
+		NotAfter:    notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}, ca)
 	k, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
