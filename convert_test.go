@@ -146,7 +146,7 @@ func TestMarshalStructCanonical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rb, err := deterministicCodec{}.Marshal(r)
+			rb, err := wireBytes(r)
 			if err != nil {
 				t.Fatal(err)
 			}

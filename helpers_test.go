@@ -34,12 +34,22 @@ func runTest(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionRespon
 	return overTheWire(t, rsp)
 }
 
+// wireBytes is m as the server's codec puts it on the wire.
+func wireBytes(m proto.Message) ([]byte, error) {
+	data, err := deterministicCodec{}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	defer data.Free()
+	return data.Materialize(), nil
+}
+
 // overTheWire returns rsp as Crossplane receives it: marshaled as the server
 // does and decoded. The composed resources leave RunFunction as pre-encoded
 // bytes (composedResource); this is where they become Structs again.
 func overTheWire(t testing.TB, rsp *fnv1.RunFunctionResponse) *fnv1.RunFunctionResponse {
 	t.Helper()
-	b, err := deterministicCodec{}.Marshal(rsp)
+	b, err := wireBytes(rsp)
 	if err != nil {
 		t.Fatalf("cannot marshal the response: %v", err)
 	}

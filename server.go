@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -252,27 +253,52 @@ func newLogger(debug bool) (logging.Logger, error) {
 // deterministicCodec marshals protobuf messages deterministically (map
 // entries sorted), so that the same request gets the same response bytes on
 // the wire, not only the same message. Registered under grpc's default
-// codec name, it replaces the default for this process.
+// codec name, it replaces the default for this process. Like grpc's own, it
+// is a CodecV2: large messages are encoded into, and decoded from, buffers of
+// grpc's pool, which go back to it once written or read, instead of a
+// request and a response's worth of garbage per call.
 type deterministicCodec struct{}
 
-func (deterministicCodec) Marshal(v any) ([]byte, error) {
+func (deterministicCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("cannot marshal %T: not a protobuf message", v)
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	// Size fills the size caches that UseCachedSize then trusts; nothing
+	// mutates the message in between.
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	b, err := opts.MarshalAppend((*buf)[:0], m)
+	if err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-func (deterministicCodec) Unmarshal(data []byte, v any) error {
+func (deterministicCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("cannot unmarshal into %T: not a protobuf message", v)
 	}
-	return proto.Unmarshal(data, m)
+	// proto.Unmarshal copies what it keeps, so the buffer can go back.
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }
 
 func (deterministicCodec) Name() string { return "proto" }
 
 func init() { //nolint:gochecknoinits // codecs are registered at init, as grpc's own.
-	encoding.RegisterCodec(deterministicCodec{})
+	encoding.RegisterCodecV2(deterministicCodec{})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -262,6 +264,48 @@ func TestServeConcurrently(t *testing.T) {
 	n := goroutines * callsEach
 	t.Logf("%d concurrent calls (%d requests, %d goroutines, %d connections) in %s: %.0f calls/s",
 		n, len(reqs), goroutines, connections, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds())
+}
+
+// rawCodec is a client codec that keeps a response's wire bytes as they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, err := proto.Marshal(v.(proto.Message)) //nolint:forcetypeassert // requests are messages
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*(v.(*[]byte)) = data.Materialize() //nolint:forcetypeassert // only used with *[]byte
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// TestWireBytesDeterministic: the server's codec is the deterministic one:
+// the bytes on the wire are the same on every call, and the same as
+// RunFunction's response marshaled by the codec.
+func TestWireBytesDeterministic(t *testing.T) {
+	fn := fuzzFunction()
+	conn := dial(t, startServer(t, parseCLI(t, "--insecure", "--metrics-address="), fn), insecure.NewCredentials())
+	for _, r := range exampleRequests(t) {
+		direct, err := fn.RunFunction(t.Context(), proto.CloneOf(r.req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := wireBytes(direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			var got []byte
+			if err := conn.Invoke(t.Context(), fnv1.FunctionRunnerService_RunFunction_FullMethodName, r.req, &got, grpc.ForceCodecV2(rawCodec{})); err != nil {
+				t.Fatalf("%s: %v", r.name, err)
+			}
+			if !bytes.Equal(want, got) {
+				t.Fatalf("%s call %d: %d bytes on the wire differ from the codec's %d", r.name, i, len(got), len(want))
+			}
+		}
+	}
 }
 
 // panickingRunner panics outside RunFunction's own recovery, as a bug in the
