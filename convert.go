@@ -66,37 +66,37 @@ const (
 	tagResource     = byte(1<<3) | byte(protowire.BytesType)   // fnv1.Resource.resource
 )
 
-// composedResource returns the Resource for obj with the given readiness.
-// Its resource field travels as pre-encoded bytes (the message's unknown
-// field 1, which protobuf marshals verbatim), so on the wire it is exactly a
-// Resource whose resource is obj's Struct. Inside this process GetResource()
-// is nil: whoever needs the Struct decodes the marshaled response, as
-// Crossplane does.
-func composedResource(obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
-	hint := sizeHint(reflect.TypeOf(obj))
+// composedResource returns the Resource for obj, composed as name, with the
+// given readiness. Its resource field travels as pre-encoded bytes (the
+// message's unknown field 1, which protobuf marshals verbatim), so on the
+// wire it is exactly a Resource whose resource is obj's Struct. Inside this
+// process GetResource() is nil: whoever needs the Struct decodes the
+// marshaled response, as Crossplane does.
+func composedResource(name string, obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
+	hint := sizeHint(name)
 	b, err := appendStructMessage(make([]byte, 0, hint.Load()), tagResource, obj)
 	if err != nil {
 		return nil, err
 	}
-	hint.Store(int64(len(b) + len(b)/8))
+	hint.Store(int64(len(b) + len(b)/16))
 	r := &fnv1.Resource{Ready: ready}
 	r.ProtoReflect().SetUnknown(b)
 	return r, nil
 }
 
-var sizeHints sync.Map // reflect.Type -> *atomic.Int64
+var sizeHints sync.Map // composed resource name -> *atomic.Int64
 
-// sizeHint is the buffer size to start encoding an object of type t with:
-// the last such object's size and some room, so that the buffer is
-// allocated once instead of grown by doubling (bounded by the handful of
-// types composed).
-func sizeHint(t reflect.Type) *atomic.Int64 {
-	if h, ok := sizeHints.Load(t); ok {
+// sizeHint is the buffer size to start encoding the resource composed as
+// name with: the last one's size and some room, so that the buffer is
+// allocated once, not grown by doubling. The names are the function's own
+// fixed set, so this stays small.
+func sizeHint(name string) *atomic.Int64 {
+	if h, ok := sizeHints.Load(name); ok {
 		return h.(*atomic.Int64) //nolint:forcetypeassert // only *atomic.Int64 is stored
 	}
 	h := &atomic.Int64{}
 	h.Store(1024)
-	actual, _ := sizeHints.LoadOrStore(t, h)
+	actual, _ := sizeHints.LoadOrStore(name, h)
 	return actual.(*atomic.Int64) //nolint:forcetypeassert // only *atomic.Int64 is stored
 }
 

@@ -142,7 +142,7 @@ func TestMarshalStructCanonical(t *testing.T) {
 
 			// As a composed resource it decodes to a Resource carrying
 			// that Struct and the readiness.
-			r, err := composedResource(obj, fnv1.Ready_READY_TRUE)
+			r, err := composedResource(name, obj, fnv1.Ready_READY_TRUE)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -127,7 +127,7 @@ func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o 
 		rsp.Desired.Resources = make(map[string]*fnv1.Resource, len(desired))
 	}
 	for name, obj := range desired {
-		r, err := composedResource(obj, ready(name, o, replicas))
+		r, err := composedResource(string(name), obj, ready(name, o, replicas))
 		if err != nil {
 			return errors.Wrapf(err, "cannot convert %q", name)
 		}
