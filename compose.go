@@ -15,7 +15,7 @@ func compose(db *database, p *plan) map[resource.Name]any {
 		rnCredentials:     credentialsSecret(db, p.Passwords),
 		rnSuperuser:       superuserSecret(db, p.Passwords),
 		rnScripts:         scriptsConfigMap(db, p),
-		rnStatefulSet:     statefulSet(db, p, configHash(db)),
+		rnStatefulSet:     statefulSet(db, p, configHash(db, p)),
 		rnService:         primaryService(db),
 		rnServiceHeadless: headlessService(db),
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/example/function-database/scripts"
@@ -24,14 +26,44 @@ var (
 	scriptsHash = digest(scriptFiles)
 )
 
-// postgresqlConf renders the tier's settings, sorted, one per line.
-func postgresqlConf(db *database) string {
+// postgresqlConf renders the settings the instances run, sorted, one per
+// line: the WAL bounds of the data volume, and the tier's settings (which
+// win: a platform team may tune max_wal_size on purpose).
+func postgresqlConf(db *database, p *plan) string {
+	settings := walSettings(dataVolume(p))
+	maps.Copy(settings, db.Tier.Settings)
 	var b strings.Builder
-	b.WriteString("# Tier " + db.Size + " settings, written by function-database.\n")
-	for _, k := range slices.Sorted(maps.Keys(db.Tier.Settings)) {
-		b.WriteString(k + " = '" + db.Tier.Settings[k] + "'\n")
+	b.WriteString("# Tier " + db.Size + " settings and WAL bounds of the data volume, written by function-database.\n")
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		b.WriteString(k + " = '" + settings[k] + "'\n")
 	}
 	return b.String()
+}
+
+// walSettings keeps the WAL to roughly a quarter of the data volume, so that
+// neither ordinary writes (max_wal_size, 1GB by default), nor the WAL kept
+// for a standby that reconnects (wal_keep_size), nor an abandoned replication
+// slot (max_slot_wal_keep_size: a standby down or scaled away) can fill it:
+// PostgreSQL's defaults assume a disk much larger than 1Gi. Volumes of 4Gi
+// and more (16Gi for the slot bound) keep the usual values.
+func walSettings(volume resource.Quantity) map[string]string {
+	mb := volume.Value() >> 20
+	return map[string]string{
+		"max_wal_size":           strconv.FormatInt(min(1024, mb/4), 10) + "MB",
+		"wal_keep_size":          strconv.FormatInt(min(256, mb/16), 10) + "MB",
+		"max_slot_wal_keep_size": strconv.FormatInt(min(2048, mb/8), 10) + "MB",
+	}
+}
+
+// dataVolume is the size of the data volume the instances have: the
+// planned claim template (the observed one once it exists).
+func dataVolume(p *plan) resource.Quantity {
+	for _, t := range p.Templates {
+		if t.Name == volData {
+			return t.Spec.Resources.Requests[corev1.ResourceStorage]
+		}
+	}
+	return resource.Quantity{}
 }
 
 // scriptsConfigMap ships the scripts and settings the pods and jobs run,
@@ -39,7 +71,7 @@ func postgresqlConf(db *database) string {
 func scriptsConfigMap(db *database, p *plan) *corev1.ConfigMap {
 	data := make(map[string]string, len(scriptFiles)+2)
 	maps.Copy(data, scriptFiles)
-	data[keyPostgresqlConf] = postgresqlConf(db)
+	data[keyPostgresqlConf] = postgresqlConf(db, p)
 	if p.Initialized {
 		data[keyInitialized] = "true"
 	}
@@ -57,8 +89,8 @@ func scriptsConfigMap(db *database, p *plan) *corev1.ConfigMap {
 // configHash digests what the instances run (the scripts and the tier's
 // settings; not the initialized marker, which must not restart anything), so
 // that a change rolls the pods.
-func configHash(db *database) string {
-	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: postgresqlConf(db)})[:16]
+func configHash(db *database, p *plan) string {
+	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: postgresqlConf(db, p)})[:16]
 }
 
 // digest is a sha256 over sorted keys and values.

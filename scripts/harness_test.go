@@ -201,11 +201,16 @@ const (
 	appPassword  = `app'pw:1\2$(id);--`
 )
 
-// testTier is the function's postgresql.conf for tests: loopback only, small.
+// testTier is the function's postgresql.conf for tests: loopback only, small,
+// with the WAL bounds the function writes for a 1Gi data volume (configmap.go
+// walSettings), in its format.
 const testTier = `# tier settings (test)
 listen_addresses = '127.0.0.1'
 max_connections = 40
+max_slot_wal_keep_size = '128MB'
+max_wal_size = '256MB'
 shared_buffers = '16MB'
+wal_keep_size = '64MB'
 `
 
 // cluster is one Database: its scripts ConfigMap and Secrets, as directories.

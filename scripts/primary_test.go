@@ -56,6 +56,7 @@ func TestPrimary(t *testing.T) {
 			{"wal_level", "postgres", "SHOW wal_level", "replica"},
 			{"hot_standby", "postgres", "SHOW hot_standby", "on"},
 			{"listen (tier override)", "postgres", "SHOW listen_addresses", "127.0.0.1"},
+			{"WAL bounds of a 1Gi volume over the entrypoint's defaults", "postgres", "SELECT current_setting('max_wal_size')||','||current_setting('wal_keep_size')||','||current_setting('max_slot_wal_keep_size')", "256MB,64MB,128MB"},
 			{"scram passwords", "postgres", "SELECT string_agg(rolname||'='||(rolpassword LIKE 'SCRAM-SHA-256$%')::text, ',' ORDER BY rolname) FROM pg_authid WHERE rolname IN ('postgres','replicator','shop_db')", "postgres=true,replicator=true,shop_db=true"},
 			{"replication role", "postgres", "SELECT rolreplication AND NOT rolsuper FROM pg_roles WHERE rolname = 'replicator'", "t"},
 			{"app role not superuser", "postgres", "SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = 'shop_db'", "f"},
