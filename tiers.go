@@ -139,16 +139,16 @@ func positiveQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorLi
 	return q, nil
 }
 
-// minVolume is the smallest data or backup volume: PostgreSQL keeps up to
-// max_wal_size (1GB by default) of WAL on the data volume, so anything
-// smaller fills up under ordinary writes; a fraction of a byte ("0.5")
+// minVolume is the smallest data or backup volume: the WAL alone takes up to
+// roughly a quarter of the data volume (walSettings, with floors of its own:
+// two 16MB segments, a checkpoint's worth), and a fraction of a byte ("0.5")
 // would be a volume no provisioner can make.
 var minVolume = resource.MustParse("1Gi")
 
 func volumeQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorList) {
 	q, errs := positiveQuantity(p, s)
 	if len(errs) == 0 && q.Cmp(minVolume) < 0 {
-		errs = field.ErrorList{field.Invalid(p, s, "must be at least 1Gi (PostgreSQL keeps up to 1GB of WAL)")}
+		errs = field.ErrorList{field.Invalid(p, s, "must be at least 1Gi (room for the data and its write-ahead log)")}
 	}
 	return q, errs
 }
