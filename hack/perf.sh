@@ -92,7 +92,7 @@ if [ "$profload" = 1 ]; then
 		--duration 20s --warmup 1s --env "FUNCTION_PPROF_ADDRESS=127.0.0.1:$port" "${extra[@]}" >&2 &
 	lt=$!
 	sleep 5
-	curl -sf -o "$out/process-cpu.prof" "http://127.0.0.1:$port/debug/pprof/profile?seconds=12" || status=1
+	go tool pprof -proto -seconds 12 -output "$out/process-cpu.prof" "http://127.0.0.1:$port/debug/pprof/profile" 2>/dev/null || status=1
 	wait "$lt" || status=1
 	go tool pprof -top -cum -nodecount=50 "$out/function-database-pprof" "$out/process-cpu.prof" 2>/dev/null | tee "$out/process-cpu-cum.txt"
 	exit "$status"
