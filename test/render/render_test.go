@@ -426,3 +426,33 @@ func maskPasswords(doc string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestReadmeSample: the StatefulSet the README shows under "A real render"
+// is the one the real CLI renders for example/xr.yaml (its golden file), so
+// the README cannot drift from the function. It needs no tools: it reads
+// the golden, which TestRender checks against the CLI.
+func TestReadmeSample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "### A real render")
+	_, sample, ok2 := strings.Cut(section, "```yaml\n")
+	sample, _, ok3 := strings.Cut(sample, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal(`README.md has no "### A real render" section with a yaml block`)
+	}
+	golden, err := os.ReadFile(goldenPath("xr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range documents(golden) {
+		if hasLine(doc, "kind: StatefulSet") && hasLine(doc, "apiVersion: apps/v1") {
+			if d := cmp.Diff(doc, sample); d != "" {
+				t.Errorf("README.md's sample StatefulSet differs from the render of example/xr.yaml (-render +README); copy it from test/render/testdata/xr.yaml:\n%s", d)
+			}
+			return
+		}
+	}
+	t.Fatal("no StatefulSet in the golden render of example/xr.yaml")
+}
