@@ -158,6 +158,12 @@ func TestVolumeTemplatesNeverChange(t *testing.T) {
 			if q := got[0].Spec.Resources.Requests[corev1.ResourceStorage]; q.Cmp(resource.MustParse(tc.wantData)) != 0 {
 				t.Errorf("data volume %s, want %s", q.String(), tc.wantData)
 			}
+			// The WAL bounds follow the volume the instances have (20Gi:
+			// the slot bound at its 2048MB cap), not the spec's.
+			conf := rsp.GetDesired().GetResources()[string(rnScripts)].GetResource().GetFields()["data"].GetStructValue().GetFields()[keyPostgresqlConf].GetStringValue()
+			if !strings.Contains(conf, "max_slot_wal_keep_size = '2048MB'\n") {
+				t.Errorf("postgresql.conf does not bound the WAL by the kept 20Gi volume:\n%s", conf)
+			}
 			c := conditionOf(rsp, condSpecApplied)
 			if tc.wantReason == "" {
 				if c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || len(rsp.GetResults()) != 0 {
