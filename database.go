@@ -241,21 +241,20 @@ func decodeSpec(v *structpb.Value) (*databaseSpec, *field.Error) {
 func caseMismatch(s *structpb.Struct, t reflect.Type, p *field.Path) *field.Error {
 	fields := fieldsOf(t)
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
-		for _, f := range fields {
-			if f.name != k && strings.EqualFold(f.name, k) {
-				return field.Invalid(p.Child(k), k, fmt.Sprintf("field names are case-sensitive: did you mean %q?", f.name))
+		i := slices.IndexFunc(fields, func(f fieldInfo) bool { return f.name == k })
+		if i < 0 {
+			if j := slices.IndexFunc(fields, func(f fieldInfo) bool { return strings.EqualFold(f.name, k) }); j >= 0 {
+				return field.Invalid(p.Child(k), k, fmt.Sprintf("field names are case-sensitive: did you mean %q?", fields[j].name))
 			}
-			if f.name != k {
-				continue
-			}
-			ft := t.FieldByIndex(f.path).Type
-			for ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if sub := s.GetFields()[k].GetStructValue(); sub != nil && ft.Kind() == reflect.Struct {
-				if err := caseMismatch(sub, ft, p.Child(k)); err != nil {
-					return err
-				}
+			continue
+		}
+		ft := t.FieldByIndex(fields[i].path).Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if sub := s.GetFields()[k].GetStructValue(); sub != nil && ft.Kind() == reflect.Struct {
+			if err := caseMismatch(sub, ft, p.Child(k)); err != nil {
+				return err
 			}
 		}
 	}

@@ -254,9 +254,9 @@ func newLogger(debug bool) (logging.Logger, error) {
 // entries sorted), so that the same request gets the same response bytes on
 // the wire, not only the same message. Registered under grpc's default
 // codec name, it replaces the default for this process. Like grpc's own, it
-// is a CodecV2: large messages are encoded into, and decoded from, buffers of
-// grpc's pool, which go back to it once written or read, instead of a
-// request and a response's worth of garbage per call.
+// is a CodecV2: large messages are encoded into, and decoded from, pooled
+// buffers (codecBuffers), which go back to the pool once written or read,
+// instead of a request and a response's worth of garbage per call.
 type deterministicCodec struct{}
 
 // codecBuffers is the codec's pool: every power of two from 256 B to 16 MiB,

@@ -139,10 +139,10 @@ func positiveQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorLi
 	return q, nil
 }
 
-// minVolume is the smallest data or backup volume: the WAL alone takes up to
-// roughly a quarter of the data volume (walSettings, with floors of its own:
-// two 16MB segments, a checkpoint's worth), and a fraction of a byte ("0.5")
-// would be a volume no provisioner can make.
+// minVolume is the smallest data or backup volume: the WAL alone may take
+// roughly a quarter of the data volume (walSettings), PostgreSQL's own files
+// some 40MB, and the data needs the rest; a fraction of a byte ("0.5") would
+// be a volume no provisioner can make.
 var minVolume = resource.MustParse("1Gi")
 
 func volumeQuantity(p *field.Path, s string) (resource.Quantity, field.ErrorList) {
