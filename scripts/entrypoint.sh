@@ -283,7 +283,9 @@ standby() {
 		check_version
 	else
 		set_state cloning
-		if ! dir_is_empty "$PGDATA"; then
+		if [[ -f $PGDATA/database.reclone ]]; then
+			log "the primary lost the WAL this standby needed ($(<"$PGDATA/database.reclone")): wiping it and cloning again"
+		elif ! dir_is_empty "$PGDATA"; then
 			log "data directory $PGDATA holds an unfinished clone (no $CLONE_MARKER): wiping it and cloning again"
 		fi
 		until clone_once; do

@@ -7,9 +7,12 @@
 #   live:  postgres answers on the socket (accepting, or rejecting while it
 #          starts or recovers), or the pod is deliberately initialising,
 #          cloning or holding: the kubelet must not restart it in a loop.
+#          Not live: a running standby whose clone the sidecar marked for
+#          cloning again (database.reclone: the primary lost its WAL), so
+#          that the restarted container clones it.
 #
 # Environment: PGHOST (socket dir), PGPORT, ADMIN_SECRET_DIR; optional
-# STATE_DIR (default /tmp, as entrypoint.sh).
+# STATE_DIR (default /tmp, as entrypoint.sh), PGDATA.
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +50,10 @@ live)
 	case $state in
 	initializing | cloning | hold) exit 0 ;;
 	esac
+	if [[ -n ${PGDATA:-} && -f $PGDATA/database.reclone ]]; then
+		echo "not live: this standby lost the WAL it needs ($(<"$PGDATA/database.reclone")); restarting to clone it again" >&2
+		exit 1
+	fi
 	# pg_isready: 0 accepting, 1 rejecting (starting up / recovery), 2 no
 	# response, 3 no attempt.
 	if ((rc > 1)); then

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -239,6 +240,79 @@ func TestReplication(t *testing.T) {
 		// Walreceivers reconnect with the new password.
 		c.superSQL(t, p, "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_replication")
 		checkStreaming(t)
+	})
+
+	t.Run("standby that lost its WAL is cloned again", func(t *testing.T) {
+		slot := strings.ReplaceAll(s2.pod, "-", "_")
+		marker := filepath.Join(s2.pgdata, "database.cloned")
+
+		// Safety first: with the primary down, a standby does not stream
+		// either, yet nothing may be marked: it may hold the only copy.
+		p.stop(t)
+		waitFor(t, 30*time.Second, s2.pod+" not streaming", func() error {
+			if got := c.superSQL(t, s2, "postgres", "SELECT coalesce((SELECT status FROM pg_stat_wal_receiver), 'none')"); got == "streaming" {
+				return errors.New("still streaming")
+			}
+			return nil
+		})
+		out, err := c.script(time.Minute, append(s2.env(), "SYNC_ONCE=1"), SyncPasswords)
+		if _, statErr := os.Stat(marker); statErr != nil || strings.Contains(out, "invalidated") {
+			t.Fatalf("primary down: the sidecar touched the clone (%v, %v):\n%s", statErr, err, out)
+		}
+		p.start(t)
+		p.waitReady(t, 60*time.Second)
+		checkStreaming(t) // s1 must not lose its slot below
+
+		s2.stop(t)
+		// More WAL than max_slot_wal_keep_size (128MB in testTier) while s2
+		// is down: the primary invalidates its slot at a checkpoint.
+		start := time.Now()
+		waitFor(t, 4*time.Minute, "slot "+slot+" lost on the primary", func() error {
+			c.appSQL(t, p, `INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 200000) g`)
+			c.superSQL(t, p, "postgres", "SELECT pg_switch_wal()")
+			c.superSQL(t, p, "postgres", "CHECKPOINT")
+			if got := c.superSQL(t, p, "postgres", "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '"+slot+"'"); got != "lost" {
+				return fmt.Errorf("wal_status %q", got)
+			}
+			return nil
+		})
+		t.Logf("timing: slot lost after %v of writes", time.Since(start).Round(time.Millisecond))
+		s2.start(t)
+		s2.waitReady(t, 60*time.Second) // it starts, stale: it cannot stream
+
+		// The streaming standby's sidecar changes nothing.
+		if out, err := c.script(time.Minute, append(s1.env(), "SYNC_ONCE=1"), SyncPasswords); err != nil || strings.Contains(out, "invalidated") {
+			t.Errorf("%s sidecar: %v\n%s", s1.pod, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(s1.pgdata, "database.cloned")); err != nil {
+			t.Errorf("%s: clone marker: %v", s1.pod, err)
+		}
+		// The stale one's sidecar asks the primary, and marks the clone.
+		out, err = c.script(time.Minute, append(s2.env(), "SYNC_ONCE=1"), SyncPasswords)
+		if err != nil || !strings.Contains(out, "invalidated slot "+slot) {
+			t.Fatalf("%s sidecar: %v\n%s", s2.pod, err, out)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Errorf("clone marker still there: %v", err)
+		}
+		if err := s2.probe("ready"); err != nil {
+			t.Errorf("probe ready: %v", err)
+		}
+		if err := s2.probe("live"); err == nil || !strings.Contains(err.Error(), "lost the WAL") {
+			t.Fatalf("probe live: %v, want a failure that restarts the container", err)
+		}
+
+		// The kubelet restarts the container: it clones again and streams.
+		s2.stop(t)
+		s2.start(t)
+		s2.waitReady(t, 180*time.Second)
+		if log := s2.lastLog(); !strings.Contains(log, "lost the WAL this standby needed") || !strings.Contains(log, "clone completed") {
+			t.Errorf("re-clone log:\n%s", tail(log, 30))
+		}
+		if err := s2.probe("live"); err != nil {
+			t.Errorf("probe live after the clone: %v", err)
+		}
+		streaming(t, s2)
 	})
 
 	// Everything converges again.

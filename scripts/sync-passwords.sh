@@ -7,15 +7,18 @@
 #     secret files changed since the last successful apply, or postgres was
 #     restarted since, ALTER ROLE ... PASSWORD for the app role, the
 #     replication role and the superuser, over the socket (peer).
-#   standby: only refreshes its local replication passfile (used by its
-#     walreceiver to reconnect), no SQL.
+#   standby: refreshes its local replication passfile (used by its
+#     walreceiver to reconnect); and every SLOT_CHECK_ROUNDS rounds (default
+#     6) checks that the primary still holds the WAL it needs (check_lost_slot).
 # Safe while postgres is not up yet: it just tries again next round.
 # Passwords go to psql on stdin (psql variables, :'pw' quoting): never in
 # process arguments, never in logs (the session turns statement logging off).
 #
 # Environment: POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
-# then exit with its status; for tests and debugging).
+# then exit with its status; for tests and debugging), PRIMARY_HOST and
+# PRIMARY_PORT (default 5432; standbys), SLOT_CHECK_ROUNDS (default 6),
+# STATE_DIR (default /tmp, as entrypoint.sh).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,7 +29,14 @@ LOG_TAG=sync-passwords
 require_env POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR ADMIN_SECRET_DIR
 SYNC_INTERVAL=${SYNC_INTERVAL:-5}
 require_int SYNC_INTERVAL 1
+SLOT_CHECK_ROUNDS=${SLOT_CHECK_ROUNDS:-6}
+require_int SLOT_CHECK_ROUNDS 1
+PRIMARY_HOST=${PRIMARY_HOST:-}
+PRIMARY_PORT=${PRIMARY_PORT:-5432}
+require_int PRIMARY_PORT 1
 ordinal=$(pod_ordinal)
+CLONE_MARKER="$PGDATA/database.cloned"
+RECLONE_MARKER="$PGDATA/database.reclone"
 
 secret_files=(
 	"$ADMIN_SECRET_DIR/username"
@@ -68,6 +78,36 @@ sync_sql() {
 	SQL
 }
 
+# check_lost_slot (standby): a standby that was down while the primary wrote
+# more WAL than max_slot_wal_keep_size finds its slot invalidated and the WAL
+# it needs removed: it can never catch up, yet it keeps serving stale reads.
+# Only when the primary itself reports the slot lost, and this standby is in
+# recovery and not streaming, does it turn the clone into an unfinished one
+# (clone marker removed, reason in database.reclone): the liveness probe then
+# restarts the postgres container, and entrypoint.sh wipes and clones it
+# again. A primary that does not answer changes nothing.
+check_lost_slot() {
+	local su su_pw here_state slot wal_status passfile
+	[[ -n $PRIMARY_HOST && -f $CLONE_MARKER ]] || return 0
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
+	here_state=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c \
+		"SELECT pg_is_in_recovery()::text || '|' || coalesce((SELECT status FROM pg_stat_wal_receiver), 'none')" 2>/dev/null) || return 1
+	[[ $here_state == true\|* && $here_state != *\|streaming ]] || return 0
+	passfile="$STATE_DIR/superuser.pgpass"
+	mkdir -p "$STATE_DIR"
+	write_passfile "$passfile" "$su" "$su_pw"
+	slot=$(slot_name)
+	wal_status=$(psql -X -A -t -q -v slot="$slot" \
+		-d "host=$(conninfo_quote "$PRIMARY_HOST") port=$PRIMARY_PORT user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=5" \
+		<<<"SELECT wal_status FROM pg_replication_slots WHERE slot_name = :'slot'" 2>/dev/null) || return 1
+	[[ $wal_status == lost ]] || return 0
+	log "standby: the primary invalidated slot $slot (WAL this standby needs is gone; it is ${here_state#*|} and can never catch up): marking the clone unfinished, to be wiped and cloned again at the next container start"
+	printf '%s slot %s lost on %s:%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$slot" "$PRIMARY_HOST" "$PRIMARY_PORT" >"$RECLONE_MARKER"
+	rm -f "$CLONE_MARKER"
+	sync "$PGDATA"
+}
+
 applied=''   # checksum|postmaster start time of the last successful apply
 waiting=''   # last "not yet" reason logged, to log each reason once
 
@@ -87,6 +127,9 @@ sync_round() {
 	}
 	if ((ordinal != 0)); then
 		local repl repl_pw
+		if ((round % SLOT_CHECK_ROUNDS == 0)); then
+			check_lost_slot || true
+		fi
 		[[ $applied != "$sum" ]] || return 0
 		read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 		read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
@@ -122,6 +165,7 @@ sync_round() {
 	log "passwords applied from the secrets (checksum ${sum:0:12}) for roles $APP_USER, replication and superuser"
 }
 
+round=0 # rounds done; the first one checks the slot
 if [[ ${SYNC_ONCE:-} == 1 ]]; then
 	sync_round
 	exit
@@ -131,6 +175,7 @@ trap 'log "terminated"; exit 0' TERM INT
 log "watching the secret files every ${SYNC_INTERVAL}s (ordinal $ordinal)"
 while :; do
 	sync_round || true
+	round=$((round + 1))
 	sleep "$SYNC_INTERVAL" &
 	wait $! || true
 done
