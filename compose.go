@@ -11,11 +11,12 @@ import (
 // composition resource name. Builders are pure; what exists depends only on
 // the spec, the input and the plan.
 func compose(db *database, p *plan) map[resource.Name]any {
+	conf := postgresqlConf(db, p)
 	out := map[resource.Name]any{
 		rnCredentials:     credentialsSecret(db, p.Passwords),
 		rnSuperuser:       superuserSecret(db, p.Passwords),
-		rnScripts:         scriptsConfigMap(db, p),
-		rnStatefulSet:     statefulSet(db, p, configHash(db, p)),
+		rnScripts:         scriptsConfigMap(db, p, conf),
+		rnStatefulSet:     statefulSet(db, p, configHash(conf)),
 		rnService:         primaryService(db),
 		rnServiceHeadless: headlessService(db),
 	}

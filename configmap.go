@@ -66,12 +66,12 @@ func dataVolume(p *plan) resource.Quantity {
 	return resource.Quantity{}
 }
 
-// scriptsConfigMap ships the scripts and settings the pods and jobs run,
-// and records that the database has been initialised.
-func scriptsConfigMap(db *database, p *plan) *corev1.ConfigMap {
+// scriptsConfigMap ships the scripts and settings (conf, postgresqlConf's)
+// the pods and jobs run, and records that the database has been initialised.
+func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 	data := make(map[string]string, len(scriptFiles)+2)
 	maps.Copy(data, scriptFiles)
-	data[keyPostgresqlConf] = postgresqlConf(db, p)
+	data[keyPostgresqlConf] = conf
 	if p.Initialized {
 		data[keyInitialized] = "true"
 	}
@@ -86,11 +86,11 @@ func scriptsConfigMap(db *database, p *plan) *corev1.ConfigMap {
 	}
 }
 
-// configHash digests what the instances run (the scripts and the tier's
+// configHash digests what the instances run (the scripts and conf, the
 // settings; not the initialized marker, which must not restart anything), so
 // that a change rolls the pods.
-func configHash(db *database, p *plan) string {
-	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: postgresqlConf(db, p)})[:16]
+func configHash(conf string) string {
+	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: conf})[:16]
 }
 
 // digest is a sha256 over sorted keys and values.
