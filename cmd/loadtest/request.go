@@ -119,41 +119,53 @@ const (
 	fieldResultSeverity  = 1 // Result.severity (enum Severity)
 )
 
+// eachField calls visit with every top-level field of the wire-encoded
+// message b: its number, wire type and encoded value (for BytesType, the
+// length prefix included, as protowire.ConsumeFieldValue delimits it).
+func eachField(what string, b []byte, visit func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("malformed %s: %w", what, protowire.ParseError(n))
+		}
+		b = b[n:]
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return fmt.Errorf("malformed %s field %d: %w", what, num, protowire.ParseError(n))
+		}
+		if err := visit(num, typ, b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // fatalResults walks a wire-encoded RunFunctionResponse and returns its
 // Results with severity SEVERITY_FATAL, fully decoded; other fields are
 // skipped without allocation.
 func fatalResults(b []byte) ([]*fnv1.Result, error) {
 	var fatal []*fnv1.Result
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("malformed RunFunctionResponse: %w", protowire.ParseError(n))
+	err := eachField("RunFunctionResponse", b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != fieldResponseResults || typ != protowire.BytesType {
+			return nil
 		}
-		b = b[n:]
-		if num == fieldResponseResults && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, fmt.Errorf("malformed RunFunctionResponse result: %w", protowire.ParseError(n))
-			}
-			b = b[n:]
-			sev, err := resultSeverity(v)
-			if err != nil {
-				return nil, err
-			}
-			if sev == fnv1.Severity_SEVERITY_FATAL {
-				r := &fnv1.Result{}
-				if err := proto.Unmarshal(v, r); err != nil {
-					return nil, fmt.Errorf("malformed RunFunctionResponse result: %w", err)
-				}
-				fatal = append(fatal, r)
-			}
-			continue
+		v, _ = protowire.ConsumeBytes(v) // delimited by eachField
+		sev, err := resultSeverity(v)
+		if err != nil {
+			return err
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, fmt.Errorf("malformed RunFunctionResponse field %d: %w", num, protowire.ParseError(n))
+		if sev == fnv1.Severity_SEVERITY_FATAL {
+			r := &fnv1.Result{}
+			if err := proto.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("malformed RunFunctionResponse result: %w", err)
+			}
+			fatal = append(fatal, r)
 		}
-		b = b[n:]
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return fatal, nil
 }
@@ -162,28 +174,14 @@ func fatalResults(b []byte) ([]*fnv1.Result, error) {
 // occurrence wins, as in proto3 decoding).
 func resultSeverity(b []byte) (fnv1.Severity, error) {
 	sev := fnv1.Severity_SEVERITY_UNSPECIFIED
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return sev, fmt.Errorf("malformed Result: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
+	err := eachField("Result", b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if num == fieldResultSeverity && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return sev, fmt.Errorf("malformed Result severity: %w", protowire.ParseError(n))
-			}
-			sev = fnv1.Severity(int32(v))
-			b = b[n:]
-			continue
+			x, _ := protowire.ConsumeVarint(v) // delimited by eachField
+			sev = fnv1.Severity(int32(x))
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return sev, fmt.Errorf("malformed Result field %d: %w", num, protowire.ParseError(n))
-		}
-		b = b[n:]
-	}
-	return sev, nil
+		return nil
+	})
+	return sev, err
 }
 
 // describeResponse summarises a fully decoded response, for the log line that
