@@ -204,6 +204,11 @@ func validateName(p *field.Path, name string) field.ErrorList {
 	if !namePattern.MatchString(name) {
 		errs = append(errs, field.Invalid(p, name, "must be lower case letters, digits and '-', starting with a letter and ending with a letter or digit"))
 	}
+	if s := reservedSuffix(name); s != "" {
+		errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
+			"must not end in %q: a Database named %q composes %s, so the two would collide (names ending in %s are reserved); use another name, e.g. %q",
+			s, strings.TrimSuffix(name, s), name, strings.Join(reservedSuffixes, ", "), name+"-db")))
+	}
 	return errs
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/crossplane/function-sdk-go/resource"
 )
@@ -23,16 +24,37 @@ const (
 	rnRestore         resource.Name = "restore"
 )
 
+// Suffixes of the composed names. A Database whose own name ended in one of
+// them would compose a name another Database composes (Databases orders and
+// orders-r would both own Service orders-r), so names ending in any of them
+// are refused, here (reservedSuffix) and at admission by the XRDs' CEL rule
+// (TestReservedSuffixes keeps the three lists equal).
+const (
+	suffixCredentials = "-credentials"
+	suffixSuperuser   = "-superuser"
+	suffixScripts     = "-scripts"
+	suffixRead        = "-r"
+	suffixHeadless    = "-hl"
+	suffixBackup      = "-backup"
+	suffixRestore     = "-restore"
+)
+
+// reservedSuffixes are every suffix above. Only -r and -hl collide today
+// (Services); the others are of kinds no other Database composes under that
+// name, but reserving every one keeps the rule simple and keeps holding when
+// a composed kind changes.
+var reservedSuffixes = []string{suffixCredentials, suffixSuperuser, suffixScripts, suffixRead, suffixHeadless, suffixBackup, suffixRestore}
+
 // Kubernetes names, all derived from N so that the pieces can name each
 // other without lookups: the StatefulSet's serviceName is N-hl, standbys
 // clone from N-0.N-hl, the backup Job mounts the PVC backups-N-0.
-func credentialsName(db *database) string     { return db.Name + "-credentials" }
-func superuserName(db *database) string       { return db.Name + "-superuser" }
-func scriptsName(db *database) string         { return db.Name + "-scripts" }
-func readServiceName(db *database) string     { return db.Name + "-r" }
-func headlessServiceName(db *database) string { return db.Name + "-hl" }
-func backupName(db *database) string          { return db.Name + "-backup" }
-func restoreName(db *database) string         { return db.Name + "-restore" }
+func credentialsName(db *database) string     { return db.Name + suffixCredentials }
+func superuserName(db *database) string       { return db.Name + suffixSuperuser }
+func scriptsName(db *database) string         { return db.Name + suffixScripts }
+func readServiceName(db *database) string     { return db.Name + suffixRead }
+func headlessServiceName(db *database) string { return db.Name + suffixHeadless }
+func backupName(db *database) string          { return db.Name + suffixBackup }
+func restoreName(db *database) string         { return db.Name + suffixRestore }
 func podName(db *database, ordinal int) string {
 	return db.Name + "-" + strconv.Itoa(ordinal)
 }
@@ -49,4 +71,14 @@ func serviceHost(db *database, service string) string {
 // primaryHost is the stable DNS name of ordinal 0 through the headless Service.
 func primaryHost(db *database) string {
 	return podName(db, 0) + "." + headlessServiceName(db) + "." + db.Namespace + ".svc." + db.ClusterDomain
+}
+
+// reservedSuffix returns the reserved suffix name ends in, or "".
+func reservedSuffix(name string) string {
+	for _, s := range reservedSuffixes {
+		if strings.HasSuffix(name, s) {
+			return s
+		}
+	}
+	return ""
 }
