@@ -102,7 +102,11 @@ type database struct {
 	Tier             tier
 	Storage          resource.Quantity
 	StorageClassName string
-	Backup           backup
+	// Explicit records which volume fields spec sets: only those are
+	// reported when they differ from the volumes that exist; the tier's and
+	// the input's defaults apply at creation only.
+	Explicit explicitVolumes
+	Backup   backup
 	DeletionPolicy   string
 	RestoreFrom      *restoreSpec
 
@@ -110,6 +114,10 @@ type database struct {
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
+}
+
+type explicitVolumes struct {
+	Size, Class, BackupSize bool
 }
 
 type backup struct {
@@ -307,12 +315,14 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 			q, e := volumeQuantity(spec.Child("storage", "size"), st.Size)
 			errs = append(errs, e...)
 			db.Storage = q
+			db.Explicit.Size = true
 		}
 		if st.StorageClassName != "" {
 			for _, m := range validation.IsDNS1123Subdomain(st.StorageClassName) {
 				errs = append(errs, field.Invalid(spec.Child("storage", "storageClassName"), st.StorageClassName, m))
 			}
 			db.StorageClassName = st.StorageClassName
+			db.Explicit.Class = true
 		}
 	}
 
@@ -334,6 +344,7 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 			q, e := volumeQuantity(bp.Child("storage"), b.Storage)
 			errs = append(errs, e...)
 			db.Backup.Storage = q
+			db.Explicit.BackupSize = true
 		}
 	}
 

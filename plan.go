@@ -92,7 +92,10 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 // keepTemplates rebuilds the observed volume claim templates with their
 // observed sizes and classes, and reports the spec changes they block.
 // Rebuilding (instead of copying) keeps server-filled defaults out of the
-// desired state.
+// desired state. Only what spec sets explicitly is reported: a size or class
+// left to the tier or the input was theirs at creation, and a later tier
+// change (medium to large) or input edit adopts the volumes that exist
+// instead of reporting a refusal about fields the user never set.
 func (p *plan) keepTemplates(db *database, obs []corev1.PersistentVolumeClaim) []corev1.PersistentVolumeClaim {
 	out := make([]corev1.PersistentVolumeClaim, 0, len(obs))
 	for _, t := range obs {
@@ -104,19 +107,22 @@ func (p *plan) keepTemplates(db *database, obs []corev1.PersistentVolumeClaim) [
 		out = append(out, volumeClaimTemplate(t.Name, size, class))
 		switch t.Name {
 		case volData:
-			if c := db.Storage.Cmp(size); c < 0 {
-				p.Blocked = append(p.Blocked, blocked{reasonStorageShrink, fmt.Sprintf(
-					"spec.storage.size %s is smaller than the data volumes' %s; volumes never shrink (data would be lost), keeping %s", db.Storage.String(), size.String(), size.String())})
-			} else if c > 0 {
-				p.Blocked = append(p.Blocked, blocked{reasonStorageGrow, fmt.Sprintf(
-					"spec.storage.size %s is larger than the data volumes' %s; growing volumes is not supported yet, keeping %s", db.Storage.String(), size.String(), size.String())})
+			if db.Explicit.Size {
+				switch c := db.Storage.Cmp(size); {
+				case c < 0:
+					p.Blocked = append(p.Blocked, blocked{reasonStorageShrink, fmt.Sprintf(
+						"spec.storage.size %s is smaller than the data volumes' %s; volumes never shrink (data would be lost), keeping %s", db.Storage.String(), size.String(), size.String())})
+				case c > 0:
+					p.Blocked = append(p.Blocked, blocked{reasonStorageGrow, fmt.Sprintf(
+						"spec.storage.size %s is larger than the data volumes' %s; growing volumes is not supported yet, keeping %s", db.Storage.String(), size.String(), size.String())})
+				}
 			}
-			if class != db.StorageClassName {
+			if db.Explicit.Class && class != db.StorageClassName {
 				p.Blocked = append(p.Blocked, blocked{reasonStorageClass, fmt.Sprintf(
-					"storage class %q differs from the data volumes' %q, which is fixed at creation; keeping %q", db.StorageClassName, class, class)})
+					"spec.storage.storageClassName %q differs from the data volumes' %q, which is fixed at creation; keeping %q", db.StorageClassName, class, class)})
 			}
 		case volBackups:
-			if db.Backup.Storage.Cmp(size) != 0 {
+			if db.Explicit.BackupSize && db.Backup.Storage.Cmp(size) != 0 {
 				p.Blocked = append(p.Blocked, blocked{reasonBackupStorage, fmt.Sprintf(
 					"spec.backup.storage %s differs from the backup volume's %s, which is fixed at creation; keeping %s", db.Backup.Storage.String(), size.String(), size.String())})
 			}

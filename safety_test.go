@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
@@ -142,7 +145,7 @@ func TestVolumeTemplatesNeverChange(t *testing.T) {
 		"Grow":         {"growing is not supported yet: kept and said", `{version: "16", size: medium, storage: {size: 40Gi}}`, "20Gi", reasonStorageGrow},
 		"Class":        {"a class change is refused", `{version: "16", size: medium, storage: {storageClassName: other}}`, "20Gi", reasonStorageClass},
 		"BackupVolume": {"the backup volume is fixed", `{version: "16", size: medium, backup: {storage: 99Gi}}`, "20Gi", reasonBackupStorage},
-		"Tier":         {"a tier change keeps the volumes", `{version: "16", size: large}`, "20Gi", reasonStorageGrow},
+		"Tier":         {"a tier change keeps the volumes, unreported (TestTierChangeAdoptsVolumes)", `{version: "16", size: large}`, "20Gi", ""},
 		"Same":         {"the same size is applied", `{version: "16", size: medium, storage: {size: 20Gi}}`, "20Gi", ""},
 	}
 	for name, tc := range cases {
@@ -343,5 +346,57 @@ func TestLegacyClaim(t *testing.T) {
 	cd := rsp.Desired.Composite.GetConnectionDetails()
 	if string(cd["username"]) != "inventory" || len(cd["password"]) == 0 || !strings.HasPrefix(string(cd["uri"]), "postgresql://inventory:") {
 		t.Errorf("legacy connection details: %q", cd)
+	}
+}
+
+// TestTierChangeAdoptsVolumes: volume sizes and classes spec leaves to the
+// tier or the input apply at creation; afterwards the volumes that exist are
+// adopted, and only a size or class spec sets explicitly, different from
+// what exists, is reported (medium to large used to report "spec.storage.size
+// 50Gi is larger than the data volumes' 20Gi", a field the user never set,
+// with a Warning on every reconcile).
+func TestTierChangeAdoptsVolumes(t *testing.T) {
+	const input = "apiVersion: database.fn.example.com/v1beta1\nkind: Input\nstorageClassName: fast\n"
+	applied := &fnv1.Condition{Type: condSpecApplied, Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "Applied", Message: ptr.To("every field of spec is applied"), Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}
+	refused := func(reason, msg string) ([]*fnv1.Result, *fnv1.Condition) {
+		return []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_WARNING, Message: msg, Reason: ptr.To(reason), Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}},
+			&fnv1.Condition{Type: condSpecApplied, Status: fnv1.Status_STATUS_CONDITION_FALSE, Reason: reason, Message: ptr.To(msg), Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}
+	}
+	grow, growCond := refused(reasonStorageGrow, "spec.storage.size 50Gi is larger than the data volumes' 20Gi; growing volumes is not supported yet, keeping 20Gi")
+	backupSize, backupCond := refused(reasonBackupStorage, "spec.backup.storage 10Gi differs from the backup volume's 20Gi, which is fixed at creation; keeping 20Gi")
+	class, classCond := refused(reasonStorageClass, `spec.storage.storageClassName "slow" differs from the data volumes' "fast", which is fixed at creation; keeping "fast"`)
+	cases := map[string]struct {
+		reason      string
+		spec        string
+		input       string // the input of the change; the Database was created with input
+		wantResults []*fnv1.Result
+		wantCond    *fnv1.Condition
+	}{
+		"MediumToLarge":     {"a larger tier adopts the 20Gi volumes", `{version: "16", size: large}`, input, nil, applied},
+		"MediumToSmall":     {"a smaller tier adopts them too: nothing shrinks, nothing to say", `{version: "16", size: small}`, input, nil, applied},
+		"InputClassChanged": {"the platform's default class changed: existing volumes keep theirs", `{version: "16", size: medium}`, "apiVersion: database.fn.example.com/v1beta1\nkind: Input\nstorageClassName: other\n", nil, applied},
+		"ExplicitSize":      {"a size spec sets is still reported", `{version: "16", size: large, storage: {size: 50Gi}}`, input, grow, growCond},
+		"ExplicitSameSize":  {"a size spec sets equal to the volumes' is applied", `{version: "16", size: large, storage: {size: 20Gi}}`, input, nil, applied},
+		"ExplicitBackup":    {"a backup size spec sets is still reported", `{version: "16", size: small, backup: {storage: 10Gi}}`, input, backupSize, backupCond},
+		"ExplicitClass":     {"a class spec sets is still reported", `{version: "16", size: medium, storage: {storageClassName: slow}}`, input, class, classCond},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := xrRequest(yamlStruct(t, validXR), yamlStruct(t, input))
+			req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+			before := desiredSTS(t, runTest(t, req)).Spec.VolumeClaimTemplates
+			setSpec(t, req, tc.spec)
+			req.Input = yamlStruct(t, tc.input)
+			rsp := runTest(t, req)
+			if d := cmp.Diff(before, desiredSTS(t, rsp).Spec.VolumeClaimTemplates); d != "" {
+				t.Errorf("%s: volumeClaimTemplates changed (-before +after):\n%s", tc.reason, d)
+			}
+			if d := cmp.Diff(tc.wantResults, rsp.GetResults(), protocmp.Transform(), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s: results (-want +got):\n%s", tc.reason, d)
+			}
+			if d := cmp.Diff(tc.wantCond, conditionOf(rsp, condSpecApplied), protocmp.Transform()); d != "" {
+				t.Errorf("%s: SpecApplied (-want +got):\n%s", tc.reason, d)
+			}
+		})
 	}
 }
