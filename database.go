@@ -105,10 +105,10 @@ type database struct {
 	// Explicit records which volume fields spec sets: only those are
 	// reported when they differ from the volumes that exist; the tier's and
 	// the input's defaults apply at creation only.
-	Explicit explicitVolumes
-	Backup   backup
-	DeletionPolicy   string
-	RestoreFrom      *restoreSpec
+	Explicit       explicitVolumes
+	Backup         backup
+	DeletionPolicy string
+	RestoreFrom    *restoreSpec
 
 	Image             string
 	ClusterDomain     string
