@@ -106,17 +106,65 @@ func TestPasswordsReadBack(t *testing.T) {
 		t.Errorf("superuser passwords were regenerated: %q", gotSU.Data)
 	}
 
-	// A deleted Secret gets a new password (the primary learns it from the
-	// mounted Secret); the other Secret's passwords stay.
-	delete(req.Observed.Resources, "credentials")
-	rsp = runTest(t, req)
-	gotCred = decodeInto[corev1.Secret](t, rsp.Desired.Resources["credentials"].GetResource())
-	gotSU = decodeInto[corev1.Secret](t, rsp.Desired.Resources["superuser"].GetResource())
-	if string(gotCred.Data["password"]) != "generated-password-01" {
-		t.Errorf("a missing credentials Secret should get a new password, got %q", gotCred.Data["password"])
+}
+
+// TestPasswordsSurviveSecretLoss: the app password survives the deletion of
+// either Secret (its copy in the superuser Secret is read back when the
+// credentials Secret is gone, and the copy is written again when the
+// superuser Secret is gone); the superuser and replication passwords are
+// generated again when their Secret is gone (the sidecar applies them over
+// peer authentication), and never copied into the Secret apps mount.
+func TestPasswordsSurviveSecretLoss(t *testing.T) {
+	const (
+		app  = "app-password-kept"
+		su   = "super-password-kept"
+		repl = "repl-password-kept"
+	)
+	type pws struct{ App, Copy, Superuser, Replication string }
+	cases := map[string]struct {
+		reason  string
+		deleted []string
+		want    pws
+	}{
+		"NoneDeleted":        {"everything read back", nil, pws{app, app, su, repl}},
+		"CredentialsDeleted": {"the app password comes back from its copy", []string{string(rnCredentials)}, pws{app, app, su, repl}},
+		"SuperuserDeleted":   {"the app password stays and its copy is written again; the superuser's are new", []string{string(rnSuperuser)}, pws{app, app, "generated-password-01", "generated-password-02"}},
+		"BothDeleted":        {"nothing left to read back: every password is new (README Known limits)", []string{string(rnCredentials), string(rnSuperuser)}, pws{"generated-password-01", "generated-password-01", "generated-password-02", "generated-password-03"}},
 	}
-	if string(gotSU.Data["password"]) != "super-password-kept" {
-		t.Errorf("superuser password changed when only the app Secret was missing")
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := runningRequest(t, validXR)
+			cred := decodeInto[corev1.Secret](t, req.Observed.Resources[string(rnCredentials)].GetResource())
+			sup := decodeInto[corev1.Secret](t, req.Observed.Resources[string(rnSuperuser)].GetResource())
+			cred.Data[keyPassword] = []byte(app)
+			sup.Data[keyPassword], sup.Data[keyReplicationPassword], sup.Data[keyAppPasswordCopy] = []byte(su), []byte(repl), []byte(app)
+			req.Observed.Resources[string(rnCredentials)] = encodeObserved(t, cred)
+			req.Observed.Resources[string(rnSuperuser)] = encodeObserved(t, sup)
+			for _, rn := range tc.deleted {
+				delete(req.Observed.Resources, rn)
+			}
+			rsp := runTest(t, req)
+			gotCred := decodeInto[corev1.Secret](t, rsp.GetDesired().GetResources()[string(rnCredentials)].GetResource())
+			gotSU := decodeInto[corev1.Secret](t, rsp.GetDesired().GetResources()[string(rnSuperuser)].GetResource())
+			got := pws{string(gotCred.Data[keyPassword]), string(gotSU.Data[keyAppPasswordCopy]), string(gotSU.Data[keyPassword]), string(gotSU.Data[keyReplicationPassword])}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("%s: passwords (-want +got):\n%s", tc.reason, d)
+			}
+			if uri := string(gotCred.Data[keyURI]); !strings.Contains(uri, ":"+tc.want.App+"@") {
+				t.Errorf("%s: uri %q does not carry the app password", tc.reason, uri)
+			}
+			for k, v := range gotCred.Data {
+				if strings.Contains(string(v), got.Superuser) || strings.Contains(string(v), got.Replication) {
+					t.Errorf("%s: the credentials Secret apps mount holds a superuser or replication password in %s", tc.reason, k)
+				}
+			}
+			// Fed back as observed, nothing changes (but the readiness of the
+			// Secret that was missing).
+			req.Observed.Resources = observedFrom(t, rsp, true)
+			if d := cmp.Diff(desiredOf(rsp), desiredOf(runTest(t, req)), protocmp.Transform(), protocmp.IgnoreFields(&fnv1.Resource{}, "ready")); d != "" {
+				t.Errorf("%s: the desired state churns (-first +second):\n%s", tc.reason, d)
+			}
+		})
 	}
 }
 

@@ -25,6 +25,12 @@ const (
 	keyPgpass              = "pgpass"
 	keyReplicationUsername = "replication-username"
 	keyReplicationPassword = "replication-password"
+	// keyAppPasswordCopy in the superuser Secret keeps a copy of the app
+	// password, read back when the credentials Secret is gone: a regenerated
+	// app password would lock out every app that read the old one at start.
+	// The opposite copy does not exist: the superuser password in the
+	// Secret apps mount would hand them the superuser.
+	keyAppPasswordCopy = "app-password"
 
 	superuser       = "postgres"
 	replicationUser = "replicator"
@@ -72,7 +78,13 @@ func randomString(n int) string {
 }
 
 // resolvePasswords takes each password from the observed Secrets, generating
-// only those that are missing or empty.
+// only those that are missing or empty. The app password is read from the
+// credentials Secret (where a user rotates it), else from its copy in the
+// superuser Secret, so that the loss of either Secret keeps it. The
+// superuser and replication passwords have no copy: when their Secret is
+// lost they are generated again, and the password-sync sidecar applies them
+// over the socket (peer authentication needs no old password); only the
+// pods and jobs use them, and they read them from the Secret.
 func resolvePasswords(o *observed, generate func() string) passwords {
 	existingOrNew := func(s *corev1.Secret, key string) string {
 		if s != nil && len(s.Data[key]) > 0 {
@@ -80,8 +92,15 @@ func resolvePasswords(o *observed, generate func() string) passwords {
 		}
 		return generate()
 	}
+	app := ""
+	if o.Credentials != nil {
+		app = string(o.Credentials.Data[keyPassword])
+	}
+	if app == "" {
+		app = existingOrNew(o.Superuser, keyAppPasswordCopy)
+	}
 	return passwords{
-		App:         existingOrNew(o.Credentials, keyPassword),
+		App:         app,
 		Superuser:   existingOrNew(o.Superuser, keyPassword),
 		Replication: existingOrNew(o.Superuser, keyReplicationPassword),
 	}
@@ -141,6 +160,7 @@ func superuserSecret(db *database, pw passwords) *corev1.Secret {
 			keyPassword:            []byte(pw.Superuser),
 			keyReplicationUsername: []byte(replicationUser),
 			keyReplicationPassword: []byte(pw.Replication),
+			keyAppPasswordCopy:     []byte(pw.App),
 		},
 	}
 }
