@@ -19,9 +19,11 @@ func compose(db *database, p *plan) map[resource.Name]any {
 		rnStatefulSet:     statefulSet(db, p, configHash(conf)),
 		rnService:         primaryService(db),
 		rnServiceHeadless: headlessService(db),
+		// Kept with one instance too: deleting it when a Database scales
+		// to one would turn its clients' lookups into NXDOMAIN.
+		rnServiceRead: readService(db),
 	}
 	if db.Tier.Replicas > 1 {
-		out[rnServiceRead] = readService(db)
 		out[rnPDB] = podDisruptionBudget(db)
 	}
 	if db.NetworkPolicy {

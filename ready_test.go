@@ -95,7 +95,7 @@ func TestBackupCondition(t *testing.T) {
 		cj   *batchv1.CronJob
 		want condition
 	}{
-		"Disabled":    {&database{}, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupDisabled", "spec.backup.enabled is false: no backups are taken"}},
+		"Disabled":    {&database{}, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled", "no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"}},
 		"NotObserved": {on, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
 		"NeverRan":    {on, cj(nil, nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
 		"Succeeded":   {on, cj(at("2026-11-28T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at 2026-11-28T02:03:00Z"}},

@@ -448,3 +448,93 @@ func TestTierChangeAdoptsVolumes(t *testing.T) {
 		})
 	}
 }
+
+// TestReadServiceKept: N-r exists at every size, selecting every instance
+// (the primary alone with one), so scaling to one instance never deletes it
+// (its clients used to get NXDOMAIN) and scaling never rewrites it.
+func TestReadServiceKept(t *testing.T) {
+	type got struct {
+		Selector     map[string]string
+		ReadEndpoint string
+	}
+	want := got{map[string]string{labelName: appName, labelInstance: "orders"}, "orders-r.shop.svc.cluster.local"}
+	cases := map[string]struct {
+		reason string
+		from   string // the spec the Database runs with; empty: a new Database
+		spec   string
+	}{
+		"NewSmall":     {"a new one-instance Database", "", `{version: "16", size: small}`},
+		"MediumToOne":  {"scaling to one instance keeps N-r", `{version: "16", size: medium}`, `{version: "16", size: small}`},
+		"SmallToLarge": {"scaling out keeps the same Service", `{version: "16", size: small}`, `{version: "16", size: large}`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := xrRequest(yamlStruct(t, validXR), nil)
+			if tc.from != "" {
+				setSpec(t, req, tc.from)
+				req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+			}
+			setSpec(t, req, tc.spec)
+			rsp := runTest(t, req)
+			svc := rsp.GetDesired().GetResources()[string(rnServiceRead)]
+			if svc == nil {
+				t.Fatalf("%s: no Service %s composed", tc.reason, readServiceName(&database{Name: "orders"}))
+			}
+			// The status follows the observed Service: feed the response back.
+			req.Observed.Resources = observedFrom(t, rsp, true)
+			rsp = runTest(t, req)
+			g := got{
+				Selector:     decodeInto[corev1.Service](t, svc.GetResource()).Spec.Selector,
+				ReadEndpoint: rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["readEndpoint"].GetStringValue(),
+			}
+			if d := cmp.Diff(want, g); d != "" {
+				t.Errorf("%s: read Service (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
+
+// TestStatusNotAlarming: states that are fine must not look like failures:
+// a restore running on ready instances is Provisioning (it was Degraded), and
+// backups turned off on purpose are not BackupHealthy=False.
+func TestStatusNotAlarming(t *testing.T) {
+	const restoring = `{version: "16", size: small, restoreFrom: {database: orders-old}}`
+	type got struct {
+		Phase         string
+		BackupHealthy *fnv1.Condition
+	}
+	backupOff := &fnv1.Condition{Type: condBackupHealthy, Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "BackupDisabled",
+		Message: ptr.To("no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"), Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}
+	cases := map[string]struct {
+		reason string
+		spec   string
+		job    *batchv1.JobStatus // the restore Job's observed status
+		want   got
+	}{
+		"RestoreRunning":  {"a restore running on a ready StatefulSet", restoring, &batchv1.JobStatus{Active: 1}, got{phaseProvisioning, backupOff}},
+		"RestoreDone":     {"a completed restore", restoring, &batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}, got{phaseRunning, backupOff}},
+		"RestoreFailed":   {"a failed restore", restoring, &batchv1.JobStatus{Failed: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}, got{phaseFailed, backupOff}},
+		"BackupsOff":      {"backups off on purpose: not applicable, not failing", `{version: "16", size: medium}`, nil, got{phaseRunning, backupOff}},
+		"BackupsOffFalse": {"backups off, explicitly", `{version: "16", size: medium, backup: {enabled: false}}`, nil, got{phaseRunning, backupOff}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := xrRequest(yamlStruct(t, validXR), nil)
+			setSpec(t, req, tc.spec)
+			req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+			if tc.job != nil {
+				job := decodeInto[batchv1.Job](t, req.Observed.Resources[string(rnRestore)].GetResource())
+				job.Status = *tc.job
+				req.Observed.Resources[string(rnRestore)] = encodeObserved(t, job)
+			}
+			rsp := runTest(t, req)
+			g := got{
+				Phase:         rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["phase"].GetStringValue(),
+				BackupHealthy: conditionOf(rsp, condBackupHealthy),
+			}
+			if d := cmp.Diff(tc.want, g, protocmp.Transform()); d != "" {
+				t.Errorf("%s: (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}

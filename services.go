@@ -29,7 +29,9 @@ func primaryService(db *database) *corev1.Service {
 	return service(db, db.Name, primaryLabels(db))
 }
 
-// readService balances read-only clients over every instance.
+// readService balances read-only clients over every instance: with one
+// instance, that is the primary. The selector does not depend on the number
+// of instances, so scaling never rewrites the Service.
 func readService(db *database) *corev1.Service {
 	return service(db, readServiceName(db), selectorLabels(db))
 }

@@ -62,7 +62,7 @@ type condition struct {
 }
 
 func status(db *database, p *plan, o *observed, stsReady bool) dbStatus {
-	s := dbStatus{Phase: phase(p, o, stsReady)}
+	s := dbStatus{Phase: phase(db, p, o, stsReady)}
 	if o.exists[rnService] {
 		s.Endpoint = serviceHost(db, db.Name)
 		s.Port = postgresPort
@@ -93,11 +93,17 @@ func status(db *database, p *plan, o *observed, stsReady bool) dbStatus {
 	return s
 }
 
-func phase(p *plan, o *observed, stsReady bool) string {
+// phase sums up the Database. A restore that has not completed keeps it
+// Provisioning, even on a ready StatefulSet: its data is not there yet, and
+// Degraded would page someone about instances that are fine (the Restored
+// condition says how the restore goes).
+func phase(db *database, p *plan, o *observed, stsReady bool) string {
 	switch {
 	case jobFailed(o.Restore):
 		return phaseFailed
-	case stsReady && (o.Restore == nil || jobSucceeded(o.Restore)):
+	case db.RestoreFrom != nil && p.Restore && !jobSucceeded(o.Restore):
+		return phaseProvisioning
+	case stsReady:
 		return phaseRunning
 	case p.Initialized:
 		return phaseDegraded
@@ -131,7 +137,10 @@ func backupCondition(db *database, cj *batchv1.CronJob) condition {
 	const typ = condBackupHealthy
 	switch {
 	case !db.Backup.Enabled:
-		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupDisabled", "spec.backup.enabled is false: no backups are taken"}
+		// Not applicable, so True: alerts fire on BackupHealthy=False (or
+		// not True), and a Database whose backups are off on purpose is
+		// not failing. The reason and message say there are no backups.
+		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled", "no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"}
 	case cj == nil || cj.Status.LastScheduleTime == nil:
 		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule " + db.Backup.Schedule}
 	}
