@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,17 @@ func besidePod(required bool, podLabels map[string]string) *corev1.Affinity {
 	return &corev1.Affinity{PodAffinity: a}
 }
 
+// backupDeadline bounds one backup run, retries included: the Job is
+// stopped (DeadlineExceeded) and fails, its CronJob's active list empties and
+// BackupHealthy turns False. Without it a hung pg_dump ran forever, and with
+// concurrencyPolicy Forbid every later run was skipped while the condition
+// said "running". Six hours dump tens of GB with room to spare; pg_dump's own
+// --lock-wait-timeout (backup.sh) fails a dump stuck behind a lock sooner.
+const (
+	backupDeadline     = 6 * time.Hour
+	backupDeadlineText = "6h" // for messages; TestBackupRunsBounded keeps it equal
+)
+
 // backupCronJob dumps the app database on schedule to the backup volume of
 // ordinal 0. The volume is a claim template of the StatefulSet, not a
 // resource of the Database, so the backups outlive the Database under
@@ -82,7 +94,11 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 			JobTemplate: batchv1.JobTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
 				Spec: batchv1.JobSpec{
-					BackoffLimit: ptr.To[int32](2),
+					// Three attempts: a dump that failed on a primary
+					// restart succeeds on the next; one that fails three
+					// times needs a person.
+					BackoffLimit:          ptr.To[int32](2),
+					ActiveDeadlineSeconds: ptr.To(int64(backupDeadline / time.Second)),
 					Template: corev1.PodTemplateSpec{
 						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
 						Spec: podSpecDefaults(corev1.PodSpec{

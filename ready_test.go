@@ -99,11 +99,12 @@ func TestBackupCondition(t *testing.T) {
 		"NotObserved": {on, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
 		"NeverRan":    {on, cj(nil, nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule 0 2 * * *"}},
 		"Succeeded":   {on, cj(at("2026-11-28T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at 2026-11-28T02:03:00Z"}},
-		"Running":     {on, cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 1), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at 2026-11-29T02:00:00Z is running"}},
+		"Running": {on, cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 1), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning",
+			"a backup scheduled at 2026-11-29T02:00:00Z is running; a run not done within 6h is stopped and reported failed"}},
 		"Failed": {on, cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
-			"the backup scheduled at 2026-11-29T02:00:00Z has not succeeded; last success at 2026-11-28T02:03:00Z; see the jobs of CronJob orders-backup"}},
+			"the backup scheduled at 2026-11-29T02:00:00Z did not succeed: it failed or ran past its 6h bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded); last success at 2026-11-28T02:03:00Z; see the jobs of CronJob orders-backup"}},
 		"NeverSucceeded": {on, cj(at("2026-11-29T02:00:00Z"), nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
-			"the backup scheduled at 2026-11-29T02:00:00Z has not succeeded and no backup ever has; see the jobs of CronJob orders-backup"}},
+			"the backup scheduled at 2026-11-29T02:00:00Z did not succeed and no backup ever has: it failed or ran past its 6h bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded); see the jobs of CronJob orders-backup"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

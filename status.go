@@ -149,11 +149,17 @@ func backupCondition(db *database, cj *batchv1.CronJob) condition {
 	case succ != nil && !succ.Before(sched):
 		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at " + stamp(succ)}
 	case len(cj.Status.Active) > 0:
-		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at " + stamp(sched) + " is running"}
-	case succ == nil:
-		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " has not succeeded and no backup ever has; see the jobs of CronJob " + backupName(db)}
+		// Bounded: the run is stopped at backupDeadline, its Job fails, the
+		// active list empties and the cases below report it. The function
+		// has no clock to tell a long run from a hung one; the deadline does.
+		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at " + stamp(sched) + " is running; a run not done within " + backupDeadlineText + " is stopped and reported failed"}
 	}
-	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " has not succeeded; last success at " + stamp(succ) + "; see the jobs of CronJob " + backupName(db)}
+	// The CronJob's status does not say why its Job failed; the Job does.
+	why := "it failed or ran past its " + backupDeadlineText + " bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded)"
+	if succ == nil {
+		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed and no backup ever has: " + why + "; see the jobs of CronJob " + backupName(db)}
+	}
+	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed: " + why + "; last success at " + stamp(succ) + "; see the jobs of CronJob " + backupName(db)}
 }
 
 func restoreCondition(db *database, j *batchv1.Job) condition {

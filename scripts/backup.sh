@@ -72,7 +72,7 @@ mkdir "$tmp"
 
 log "step 1/7 dump: pg_dump -Fc of database $DB_NAME from ${PGHOST}:${PGPORT:-5432} as $base"
 t=$SECONDS
-pg_dump --format=custom --no-password --dbname="$DB_NAME" --file="$tmp/$base.dump"
+pg_dump --format=custom --no-password --lock-wait-timeout="${LOCK_WAIT_TIMEOUT:-5min}" --dbname="$DB_NAME" --file="$tmp/$base.dump"
 log "step 1/7 dump: done in $((SECONDS - t))s, $(stat -c %s "$tmp/$base.dump") bytes"
 
 log "step 2/7 globals: pg_dumpall --globals-only"
