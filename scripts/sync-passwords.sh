@@ -10,6 +10,8 @@
 #   standby: refreshes its local replication passfile (used by its
 #     walreceiver to reconnect); and every SLOT_CHECK_ROUNDS rounds (default
 #     6) checks that the primary still holds the WAL it needs (check_lost_slot).
+#   any instance: reloads the configuration when the function's
+#     postgresql.conf changed (reload_settings).
 # Safe while postgres is not up yet: it just tries again next round.
 # Passwords go to psql on stdin (psql variables, :'pw' quoting): never in
 # process arguments, never in logs (the session turns statement logging off).
@@ -165,8 +167,26 @@ sync_round() {
 	log "passwords applied from the secrets (checksum ${sum:0:12}) for roles $APP_USER, replication and superuser"
 }
 
+# reload_settings: the function's postgresql.conf (in the scripts ConfigMap,
+# included last by database.conf) changes without a pod restart when only
+# settings PostgreSQL can reload changed (the pods' config hash covers the
+# others): when its checksum differs from the one last loaded (or at the
+# sidecar's start), SELECT pg_reload_conf(). Until postgres answers, it tries
+# again next round.
+settings_loaded='' # checksum of the settings file last reloaded
+reload_settings() {
+	local sum su
+	sum=$(sha256sum "${SCRIPTS_DIR:-$here}/postgresql.conf" 2>/dev/null) || return 0
+	[[ $settings_loaded != "${sum%% *}" ]] || return 0
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c "SELECT pg_reload_conf()" >/dev/null 2>&1 || return 1
+	[[ -z $settings_loaded ]] || log "settings file changed (checksum ${sum:0:12}): configuration reloaded"
+	settings_loaded=${sum%% *}
+}
+
 round=0 # rounds done; the first one checks the slot
 if [[ ${SYNC_ONCE:-} == 1 ]]; then
+	reload_settings || true
 	sync_round
 	exit
 fi
@@ -175,6 +195,7 @@ trap 'log "terminated"; exit 0' TERM INT
 log "watching the secret files every ${SYNC_INTERVAL}s (ordinal $ordinal)"
 while :; do
 	sync_round || true
+	reload_settings || true
 	round=$((round + 1))
 	sleep "$SYNC_INTERVAL" &
 	wait $! || true
