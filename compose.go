@@ -11,12 +11,13 @@ import (
 // composition resource name. Builders are pure; what exists depends only on
 // the spec, the input and the plan.
 func compose(db *database, p *plan) map[resource.Name]any {
-	conf := postgresqlConf(db, p)
+	settings := instanceSettings(db, p)
+	conf := renderConf(db, settings)
 	out := map[resource.Name]any{
 		rnCredentials:     credentialsSecret(db, p.Passwords),
 		rnSuperuser:       superuserSecret(db, p.Passwords),
 		rnScripts:         scriptsConfigMap(db, p, conf),
-		rnStatefulSet:     statefulSet(db, p, configHash(conf)),
+		rnStatefulSet:     statefulSet(db, p, configHash(settings)),
 		rnService:         primaryService(db),
 		rnServiceHeadless: headlessService(db),
 		// Kept with one instance too: deleting it when a Database scales

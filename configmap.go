@@ -20,18 +20,40 @@ import (
 const keyPostgresqlConf = "postgresql.conf"
 
 // scriptFiles are the embedded scripts, read once: they are constant, and so
-// is their digest.
+// is the digest of those the instances run.
 var (
-	scriptFiles = scripts.Files()
-	scriptsHash = digest(scriptFiles)
+	scriptFiles         = scripts.Files()
+	instanceScriptsHash = digest(instanceScripts(scriptFiles))
 )
 
-// postgresqlConf renders the settings the instances run, sorted, one per
-// line: the WAL bounds of the data volume, and the tier's settings (which
-// win: a platform team may tune max_wal_size on purpose).
-func postgresqlConf(db *database, p *plan) string {
+// instanceScripts are the scripts the instance containers run (the
+// entrypoint, the probes, the sidecar, and their shared lib.sh): a change of
+// one of them rolls the pods. backup.sh and restore.sh run in Jobs that read
+// the ConfigMap when they start: a change of theirs restarts nothing.
+func instanceScripts(files map[string]string) map[string]string {
+	out := make(map[string]string, 4)
+	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Lib} {
+		out[name] = files[name]
+	}
+	return out
+}
+
+// instanceSettings are the settings the instances run: the WAL bounds of the
+// data volume, and the tier's settings (which win: a platform team may tune
+// max_wal_size on purpose).
+func instanceSettings(db *database, p *plan) map[string]string {
 	settings := walSettings(dataVolume(p))
 	maps.Copy(settings, db.Tier.Settings)
+	return settings
+}
+
+// postgresqlConf renders the settings the instances run, sorted, one per
+// line.
+func postgresqlConf(db *database, p *plan) string {
+	return renderConf(db, instanceSettings(db, p))
+}
+
+func renderConf(db *database, settings map[string]string) string {
 	var b strings.Builder
 	b.WriteString("# Tier " + db.Size + " settings and WAL bounds of the data volume, written by function-database.\n")
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
@@ -86,11 +108,13 @@ func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 	}
 }
 
-// configHash digests what the instances run (the scripts and conf, the
-// settings; not the initialized marker, which must not restart anything), so
-// that a change rolls the pods.
-func configHash(conf string) string {
-	return digest(map[string]string{"scripts": scriptsHash, keyPostgresqlConf: conf})[:16]
+// configHash digests what a running instance only picks up by restarting:
+// the scripts its containers run and the settings of postmaster context.
+// Not the initialized marker, not the jobs' scripts, and not the reloadable
+// settings, which the sidecar reloads (pgsettings.go): a change of those
+// must not restart every primary at once.
+func configHash(settings map[string]string) string {
+	return digest(map[string]string{"scripts": instanceScriptsHash, "restart-settings": restartSettings(settings)})[:16]
 }
 
 // digest is a sha256 over sorted keys and values.

@@ -43,8 +43,10 @@ const (
 	shmSize     = "256Mi"
 	secretsMode = 0o440
 
-	// annotationConfigHash on the pod template rolls the pods when the
-	// scripts or the tier's settings change (shared_buffers needs a restart).
+	// annotationConfigHash on the pod template rolls the pods when what
+	// they only pick up at start changes: the scripts the instances run and
+	// postmaster-context settings (configHash); reloadable settings are
+	// reloaded by the sidecar instead.
 	annotationConfigHash = "database.example.com/config-hash"
 )
 
