@@ -157,7 +157,9 @@ func checkPasswordsOnlyInSecrets(t *testing.T, s composedStack) {
 	}
 	sort.Strings(keys)
 	n := s.objs[rnStatefulSet].(*appsv1.StatefulSet).Name //nolint:forcetypeassert // decoded by kind
-	want := []string{n + "-credentials/password", n + "-superuser/password", n + "-superuser/replication-password"}
+	// app-password is the app password's copy, kept with the superuser's
+	// (resolvePasswords); no superuser password is in the Secret apps mount.
+	want := []string{n + "-credentials/password", n + "-superuser/app-password", n + "-superuser/password", n + "-superuser/replication-password"}
 	if d := cmp.Diff(want, keys); d != "" {
 		t.Errorf("password keys of the Secrets (-want +got):\n%s", d)
 	}
