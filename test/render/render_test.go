@@ -365,7 +365,8 @@ func compareGolden(t *testing.T, name string, got []byte) {
 // that:
 //   - a first password is random (crypto/rand): when no Secret is observed,
 //     every Secret's password and replication-password, wherever they occur in
-//     its data (uri, pgpass...), become <password> and <replication-password>.
+//     its data (uri, pgpass...), become <password> and <replication-password>
+//     (the superuser Secret's app-password copy becomes <password> too).
 //     With observed Secrets the passwords are read back: they stay as they are.
 //   - Crossplane core reports "Composed resource ... is not yet ready" results
 //     in map order: those are sorted among themselves.
@@ -414,8 +415,12 @@ func maskPasswords(doc string) string {
 			continue
 		}
 		entries = append(entries, entry{i, key, string(value)})
-		if (key == "password" || key == "replication-password") && len(value) > 0 {
+		switch {
+		case (key == "password" || key == "replication-password") && len(value) > 0:
 			placeholders[string(value)] = "<" + key + ">"
+		case key == "app-password" && len(value) > 0:
+			// The superuser Secret's copy of the app password.
+			placeholders[string(value)] = "<password>"
 		}
 	}
 	for _, e := range entries {
