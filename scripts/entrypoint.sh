@@ -126,6 +126,9 @@ write_config() {
 		echo "hot_standby = on"
 		echo "# Tier settings from the function, last so that they win."
 		echo "include_if_exists = $(conf_quote "$SCRIPTS_DIR/postgresql.conf")"
+		echo "# Standbys only: floors for the settings a standby must not set lower than its"
+		echo "# primary did (written by entrypoint.sh from the control file at every start)."
+		echo "include_if_exists = 'database.standby.conf'"
 	} >"$PGDATA/database.conf.tmp"
 	mv -f "$PGDATA/database.conf.tmp" "$PGDATA/database.conf"
 	if ! grep -qxF "include = 'database.conf'" "$PGDATA/postgresql.conf"; then
@@ -143,6 +146,46 @@ check_version() {
 	[[ $data_version == "$binary_version" ]] ||
 		hold "data directory $PGDATA is PostgreSQL $data_version but this image runs PostgreSQL $binary_version;" \
 			"an in-place major upgrade is not supported: create a new Database with spec.restoreFrom"
+}
+
+# Settings a hot standby must hold at least as high as the primary that wrote
+# the WAL it replays, with their labels in pg_controldata's output.
+declare -A STANDBY_FLOOR_LABELS=(
+	[max_connections]='max_connections setting'
+	[max_worker_processes]='max_worker_processes setting'
+	[max_wal_senders]='max_wal_senders setting'
+	[max_prepared_transactions]='max_prepared_xacts setting'
+	[max_locks_per_transaction]='max_locks_per_xact setting'
+)
+STANDBY_FLOOR_CONF=database.standby.conf
+
+# write_standby_floor: a standby started with one of these settings lower than
+# the values its control file recorded from the primary aborts at startup
+# ("insufficient parameter settings") and crash-loops for good: lowering them
+# (a smaller tier) rolls the standbys first, while the primary still runs with
+# the old values. So each is started at max(desired, control file): the
+# primary restarts later with the lower value and writes a parameter-change
+# record, the standby replays it (its control file then has the lower value)
+# and its next start uses the desired value. Run with postgres stopped.
+write_standby_floor() {
+	local out="$PGDATA/$STANDBY_FLOOR_CONF" controldata name label have want
+	rm -f "$out" # postgres -C must see the desired values, not the last floor
+	controldata=$(LC_ALL=C pg_controldata "$PGDATA") || die "pg_controldata $PGDATA failed"
+	{
+		echo "# Written by entrypoint.sh at every standby start; edits are lost."
+		echo "# max(desired, value recorded in the control file from the primary)."
+		for name in "${!STANDBY_FLOOR_LABELS[@]}"; do
+			label=${STANDBY_FLOOR_LABELS[$name]}
+			have=$(sed -n "s/^$label: *//p" <<<"$controldata")
+			want=$(postgres -D "$PGDATA" -C "$name") || die "postgres -C $name failed"
+			[[ $have =~ ^[0-9]+$ && $want =~ ^[0-9]+$ ]] || die "cannot compare $name: control file '$have', configured '$want'"
+			if ((have > want)); then
+				echo "$name = $have"
+				log "starting with $name = $have (configured $want): the primary's WAL replayed so far was written with $have; the configured value applies once the primary's lower value has been replayed, at a later restart"
+			fi
+		done
+	} >"$out.tmp"
+	mv -f "$out.tmp" "$out"
 }
 
 start_postgres() {
@@ -224,6 +267,7 @@ primary() {
 		[[ ! -f $PGDATA/standby.signal ]] || hold "ordinal 0 found standby.signal in $PGDATA: not promoting a standby by accident"
 		write_config
 	fi
+	rm -f "$PGDATA/$STANDBY_FLOOR_CONF"
 	start_postgres primary
 }
 
@@ -284,7 +328,7 @@ standby() {
 	else
 		set_state cloning
 		if [[ -f $PGDATA/database.reclone ]]; then
-			log "the primary lost the WAL this standby needed ($(<"$PGDATA/database.reclone")): wiping it and cloning again"
+			log "this standby cannot replicate from the primary any more ($(<"$PGDATA/database.reclone")): wiping it and cloning again"
 		elif ! dir_is_empty "$PGDATA"; then
 			log "data directory $PGDATA holds an unfinished clone (no $CLONE_MARKER): wiping it and cloning again"
 		fi
@@ -297,6 +341,7 @@ standby() {
 	# Never start a standby's data as a primary.
 	[[ -f $PGDATA/standby.signal ]] || : >"$PGDATA/standby.signal"
 	write_config
+	write_standby_floor
 	start_postgres "standby of $PRIMARY_HOST:$PRIMARY_PORT"
 }
 

@@ -79,11 +79,15 @@ slot_name() {
 STATE_DIR=${STATE_DIR:-/tmp}
 STATE_FILE="$STATE_DIR/database-state"
 HOLD_FILE="$STATE_DIR/database-hold"
+# When probe.sh last saw this standby replicate (epoch seconds); removed at
+# every container start.
+STREAMED_FILE="$STATE_DIR/database-streamed"
 
 set_state() {
 	mkdir -p "$STATE_DIR"
 	printf '%s\n' "$1" >"$STATE_FILE.tmp"
 	mv -f "$STATE_FILE.tmp" "$STATE_FILE"
+	[[ $1 != running ]] || rm -f "$STREAMED_FILE"
 	if [[ $1 == hold ]]; then
 		: >"$HOLD_FILE"
 	else
