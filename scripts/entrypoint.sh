@@ -202,6 +202,10 @@ bootstrap_sql() {
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
 	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	# Only SCRAM verifiers reach the server, never a plaintext password.
+	scram_verifier su_pw "$su_pw" || return 1
+	scram_verifier repl_pw "$repl_pw" || return 1
+	scram_verifier app_pw "$app_pw" || return 1
 	psql_set su "$superuser"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"
@@ -209,8 +213,11 @@ bootstrap_sql() {
 	psql_set app "$APP_USER"
 	psql_set app_pw "$app_pw"
 	psql_set db "$DB_NAME"
+	# Statement logging off for this session as well: a verifier is not the
+	# password, but it allows an offline guess at it.
 	cat <<-'SQL'
 		SET log_statement = 'none';
+		SET log_min_duration_statement = -1;
 		SET log_min_error_statement = 'panic';
 		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
 		CREATE ROLE :"repl" WITH LOGIN REPLICATION PASSWORD :'repl_pw';

@@ -12,8 +12,9 @@
 #     6) checks that the primary still holds its slot and the WAL it needs,
 #     and is the same cluster (check_lost_slot).
 # Safe while postgres is not up yet: it just tries again next round.
-# Passwords go to psql on stdin (psql variables, :'pw' quoting): never in
-# process arguments, never in logs (the session turns statement logging off).
+# Passwords never reach the server: the sidecar sends SCRAM verifiers computed
+# here (lib.sh scram_verifier), as psql variables on stdin (:'pw' quoting):
+# never in process arguments; the session also turns statement logging off.
 #
 # Environment: POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
@@ -62,6 +63,10 @@ sync_sql() {
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
 	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	# Only SCRAM verifiers reach the server, never a plaintext password.
+	scram_verifier su_pw "$su_pw" || return 1
+	scram_verifier repl_pw "$repl_pw" || return 1
+	scram_verifier app_pw "$app_pw" || return 1
 	psql_set su "$su"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"
@@ -70,6 +75,7 @@ sync_sql() {
 	psql_set app_pw "$app_pw"
 	cat <<-'SQL'
 		SET log_statement = 'none';
+		SET log_min_duration_statement = -1;
 		SET log_min_error_statement = 'panic';
 		BEGIN;
 		ALTER ROLE :"app" WITH PASSWORD :'app_pw';
