@@ -3,9 +3,9 @@
 #
 # Ordinal 0 is the primary: bootstraps an empty data directory once (initdb,
 # roles, database, pg_hba), unless the Database has been initialised before
-# ($SCRIPTS_DIR/initialized says true): then an empty data directory means
-# lost data, and the pod holds (unready, alive) instead of serving an empty
-# primary. Ordinals >= 1 are hot standbys cloned from the primary with
+# ($SCRIPTS_DIR/initialized says true, or a standby's postgres answers): then
+# an empty data directory means lost data, and the pod holds (unready, alive)
+# instead of serving an empty primary. Ordinals >= 1 are hot standbys cloned from the primary with
 # pg_basebackup through a physical slot per pod; a completed clone is never
 # cloned again, a half-finished one (no completion marker) is wiped and redone.
 # Every path ends in `exec postgres` in the foreground.
@@ -13,7 +13,8 @@
 # Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
 # APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
 # PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
-# (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none).
+# (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none),
+# PEER_HOSTS / PEER_ORDINALS (the standbys asked before an initdb; peer_hosts).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -249,6 +250,46 @@ init_primary() {
 	log "primary bootstrapped in $((SECONDS - started))s: database $DB_NAME owned by $APP_USER, replication role, superuser $superuser"
 }
 
+# peer_hosts: host:port of the other ordinals' postgres, one a line: the
+# PEER_HOSTS override (space-separated host:port; tests), else ordinals 1 to
+# PEER_ORDINALS (default 9) under the primary's own headless-Service name
+# (PRIMARY_HOST is POD_NAME.N-hl.NS.svc...: N-k.N-hl.NS.svc...). The headless
+# Service publishes not-ready pods, so an unready standby still resolves.
+peer_hosts() {
+	local k prefix=${POD_NAME%-*} peer
+	if [[ -n ${PEER_HOSTS:-} ]]; then
+		for peer in $PEER_HOSTS; do printf '%s\n' "$peer"; done
+		return 0
+	fi
+	[[ $PRIMARY_HOST == "$POD_NAME".* ]] || return 0
+	for ((k = 1; k <= ${PEER_ORDINALS:-9}; k++)); do
+		printf '%s:%s\n' "$prefix-$k.${PRIMARY_HOST#"$POD_NAME".}" "$PRIMARY_PORT"
+	done
+}
+
+# refuse_initdb_if_peer_answers WHY: the `initialized` key lives in a
+# ConfigMap that can be deleted; a standby's postgres, though, only ever runs
+# on a completed clone of this Database's primary. If one answers (accepting,
+# or rejecting while it starts), this Database had data and an initdb here
+# would start a new, empty cluster over it (and its standbys would then be
+# cloned from the empty one): hold instead. A standby still cloning, or none
+# (a new Database, or a single instance), does not answer.
+refuse_initdb_if_peer_answers() {
+	local peer host port rc
+	while IFS= read -r peer; do
+		[[ -n $peer ]] || continue
+		host=${peer%:*}
+		port=${peer##*:}
+		rc=0
+		pg_isready -q -t 3 -h "$host" -p "$port" || rc=$?
+		if ((rc <= 1)); then
+			hold "$1, but the standby postgres at $host:$port answers: this Database holds data there;" \
+				"refusing to initdb a new, empty primary over it. Restore this data volume, or promote that standby by hand," \
+				"or (to start from nothing) delete the standbys' volumes, then delete this pod"
+		fi
+	done < <(peer_hosts)
+}
+
 primary() {
 	local initialized=''
 	if [[ -r $SCRIPTS_DIR/initialized ]]; then
@@ -261,12 +302,14 @@ primary() {
 				"refusing to initdb an empty primary over lost data. Restore the data volume (or restore from a backup" \
 				"into a new Database), then delete this pod"
 		fi
+		refuse_initdb_if_peer_answers "data directory $PGDATA is empty"
 		init_primary
 	elif [[ ! -f $BOOTSTRAP_MARKER ]]; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA has no bootstrap marker ($BOOTSTRAP_MARKER) but this Database was initialised before;" \
 				"not touching it: inspect the volume, then delete this pod"
 		fi
+		refuse_initdb_if_peer_answers "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER)"
 		log "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER): starting over"
 		init_primary
 	else

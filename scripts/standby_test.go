@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -353,4 +354,54 @@ func TestStandbyCannotReplicate(t *testing.T) {
 			t.Errorf("system identifier %s after the re-clone (old %s)", got, old)
 		}
 	})
+}
+
+// TestPrimaryRefusesInitdbWhilePeerAnswers (issue 12 item 7): with the
+// `initialized` key gone (its ConfigMap deleted) and ordinal 0 on an empty
+// volume, the primary does not initdb while a standby's postgres answers:
+// it holds. With no standby answering (a new Database), it bootstraps.
+func TestPrimaryRefusesInitdbWhilePeerAnswers(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	c := newCluster(t, tl, root, "guard")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int); INSERT INTO t VALUES (1)")
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	p.extra = []string{fmt.Sprintf("PEER_HOSTS=127.0.0.1:%d 127.0.0.1:%d", freePort(t), s.port)}
+
+	p.stop(t)
+	if err := os.RemoveAll(p.pgdata); err != nil { // a new, empty volume
+		t.Fatal(err)
+	}
+	p.start(t)
+	waitFor(t, 30*time.Second, "hold", func() error { return containsErr(p.lastLog(), "HOLDING") })
+	if !strings.Contains(p.lastLog(), fmt.Sprintf("standby postgres at 127.0.0.1:%d answers", s.port)) {
+		t.Errorf("hold log does not name the peer:\n%s", tail(p.lastLog(), 10))
+	}
+	time.Sleep(time.Second)
+	if !p.running() || !dirIsEmpty(p.pgdata) {
+		t.Fatalf("held primary exited or wrote its data directory:\n%s", p.lastLog())
+	}
+	if err := p.probe("ready"); err == nil {
+		t.Errorf("ready while holding")
+	}
+	if got := c.superSQL(t, s, c.db, "SELECT count(*) FROM t"); got != "1" {
+		t.Errorf("standby data: %q", got)
+	}
+	p.signal(syscall.SIGTERM)
+	if err := p.waitExit(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// No peer answers: a first bootstrap goes ahead.
+	s.stop(t)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	if !strings.Contains(p.lastLog(), "primary bootstrapped") {
+		t.Errorf("no bootstrap:\n%s", tail(p.lastLog(), 10))
+	}
 }
