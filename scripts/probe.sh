@@ -57,6 +57,9 @@ sql() {
 # up and streams once: a fresh clone never serves before.
 standby_fresh() {
 	local row recovery status lag paused now last=0
+	# Not a standby (entrypoint.sh writes standby.signal on every standby):
+	# no query, so that a primary's log stays free of probes.
+	[[ -n ${PGDATA:-} && ! -f $PGDATA/standby.signal ]] && return 0
 	row=$(sql "SELECT pg_is_in_recovery(), coalesce(r.status, 'none'),
 			coalesce(pg_wal_lsn_diff(r.latest_end_lsn, pg_last_wal_replay_lsn())::bigint, -1),
 			CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END
@@ -87,7 +90,7 @@ standby_fresh() {
 # holds the primary's values, which the next start takes.
 standby_needs_restart() {
 	local row controldata name label have current
-	[[ -n ${PGDATA:-} ]] || return 1
+	[[ -n ${PGDATA:-} && -f $PGDATA/standby.signal ]] || return 1
 	row=$(sql "SELECT CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() <> 'not paused' ELSE false END") || return 1
 	[[ $row == t ]] || return 1
 	controldata=$(LC_ALL=C pg_controldata "$PGDATA") || return 1
