@@ -9,11 +9,17 @@
 #   $DATABASE-YYYYmmddTHHMMSSZ.sha256       checksums of both, written last
 # Everything is first written into a hidden temporary directory in BACKUP_DIR,
 # verified (pg_restore --list and a full read of the archive), fsynced,
-# checksummed, then renamed to the final names. Only after that is the
-# directory pruned: the BACKUP_RETENTION newest GOOD backups stay, everything
-# else of this Database goes (a backup that does not verify never counts and is
-# removed). Any failure exits non-zero, removes this run's files and leaves the
-# earlier backups untouched.
+# checksummed, then renamed to the final names, and the directory pruned: the
+# BACKUP_RETENTION newest GOOD backups stay, everything else of this Database
+# goes (a backup that does not verify never counts and is removed).
+# Before the dump, once the server answers (a run that cannot back up removes
+# nothing), a lowered BACKUP_RETENTION is applied at once, and when the free
+# space is short of the last good backup's size times 1.5 (the new one's
+# estimate), the oldest good backups go until it is not, down to
+# BACKUP_RETENTION - 1 and never below one: otherwise a volume filled by
+# BACKUP_RETENTION backups would fail every later run for good. A run that
+# still fails (ENOSPC included) exits non-zero, removes its own files and says
+# how much space was free.
 #
 # Environment: PGHOST PGPORT PGUSER PGPASSWORD (libpq), DB_NAME, BACKUP_DIR,
 # BACKUP_RETENTION (>= 1), DATABASE (the Database's name, file prefix).
@@ -54,6 +60,70 @@ done
 [[ ! -e $BACKUP_DIR/$base.dump && ! -e $BACKUP_DIR/$base.globals.sql && ! -e $BACKUP_DIR/$base.sha256 ]] ||
 	die "backup name $base is taken"
 
+# free_bytes: space available to this user in BACKUP_DIR.
+free_bytes() {
+	local avail bsize
+	read -r avail bsize < <(stat -f -c '%a %S' "$BACKUP_DIR") || return 1
+	printf '%d\n' "$((avail * bsize))"
+}
+
+# backup_bytes BASE: the size of a backup's files.
+backup_bytes() {
+	local total=0 f
+	for f in "$BACKUP_DIR/$1".{dump,globals.sql,sha256}; do
+		[[ -f $f ]] && total=$((total + $(stat -c %s "$f")))
+	done
+	printf '%d\n' "$total"
+}
+
+remove_backup() {
+	rm -f -- "$BACKUP_DIR/$1.sha256" "$BACKUP_DIR/$1.dump" "$BACKUP_DIR/$1.globals.sql"
+}
+
+# The server must answer before anything is removed.
+log "step 0/7 room: checking that database $DB_NAME answers on ${PGHOST}:${PGPORT:-5432}"
+psql -X -q -A -t --no-password --dbname="$DB_NAME" -c 'SELECT 1' >/dev/null ||
+	die "database $DB_NAME does not answer: nothing removed, no backup"
+
+# Good backups, newest first; bad ones removed (they never count).
+good_before=()
+while IFS= read -r b; do
+	[[ -n $b ]] || continue
+	if verify_backup "$BACKUP_DIR" "$b"; then
+		good_before+=("$b")
+	else
+		remove_backup "$b"
+		log "step 0/7 room: removed $b: not a good backup (never counted)"
+	fi
+done < <(list_backups "$BACKUP_DIR" "$DATABASE")
+# A lowered retention applies now, not after a dump that may not fit.
+while ((${#good_before[@]} > BACKUP_RETENTION)); do
+	b=${good_before[-1]}
+	remove_backup "$b"
+	unset 'good_before[-1]'
+	log "step 0/7 room: removed $b: beyond the retention of $BACKUP_RETENTION"
+done
+# Room for the new one: estimated at 1.5 times the newest good backup.
+if ((${#good_before[@]} > 0)); then
+	need=$(($(backup_bytes "${good_before[0]}") * 3 / 2))
+	floor=$((BACKUP_RETENTION - 1))
+	((floor >= 1)) || floor=1
+	free=$(free_bytes)
+	while ((free < need && ${#good_before[@]} > floor)); do
+		b=${good_before[-1]}
+		remove_backup "$b"
+		unset 'good_before[-1]'
+		log "step 0/7 room: removed the oldest good backup $b to make room: $free bytes free, the new backup needs about $need (keeping at least $floor)"
+		free=$(free_bytes)
+	done
+	if ((free < need)); then
+		log "step 0/7 room: WARNING: $free bytes free, the new backup needs about $need; $floor good backup(s) kept; trying anyway"
+	else
+		log "step 0/7 room: $free bytes free, the new backup needs about $need"
+	fi
+	sync "$BACKUP_DIR"
+fi
+
 tmp="$BACKUP_DIR/.partial-$base"
 placed=()
 done_ok=0
@@ -62,7 +132,7 @@ cleanup() {
 		rm -rf -- "$tmp"
 		local f
 		for f in "${placed[@]}"; do rm -f -- "$f"; done
-		log "FAILED after $((SECONDS - started))s: no new backup; earlier backups untouched"
+		log "FAILED after $((SECONDS - started))s: no new backup, this run's files removed; $(free_bytes || echo '?') bytes free in $BACKUP_DIR (a full volume: lower spec.backup.retention or grow the backups volume)"
 	fi
 }
 trap cleanup EXIT

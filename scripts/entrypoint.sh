@@ -3,9 +3,9 @@
 #
 # Ordinal 0 is the primary: bootstraps an empty data directory once (initdb,
 # roles, database, pg_hba), unless the Database has been initialised before
-# ($SCRIPTS_DIR/initialized says true): then an empty data directory means
-# lost data, and the pod holds (unready, alive) instead of serving an empty
-# primary. Ordinals >= 1 are hot standbys cloned from the primary with
+# ($SCRIPTS_DIR/initialized says true, or a standby's postgres answers): then
+# an empty data directory means lost data, and the pod holds (unready, alive)
+# instead of serving an empty primary. Ordinals >= 1 are hot standbys cloned from the primary with
 # pg_basebackup through a physical slot per pod; a completed clone is never
 # cloned again, a half-finished one (no completion marker) is wiped and redone.
 # Every path ends in `exec postgres` in the foreground.
@@ -13,7 +13,8 @@
 # Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
 # APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
 # PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
-# (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none).
+# (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none),
+# PEER_HOSTS / PEER_ORDINALS (the standbys asked before an initdb; peer_hosts).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -126,6 +127,9 @@ write_config() {
 		echo "hot_standby = on"
 		echo "# Tier settings from the function, last so that they win."
 		echo "include_if_exists = $(conf_quote "$SCRIPTS_DIR/postgresql.conf")"
+		echo "# Standbys only: floors for the settings a standby must not set lower than its"
+		echo "# primary did (written by entrypoint.sh from the control file at every start)."
+		echo "include_if_exists = 'database.standby.conf'"
 	} >"$PGDATA/database.conf.tmp"
 	mv -f "$PGDATA/database.conf.tmp" "$PGDATA/database.conf"
 	if ! grep -qxF "include = 'database.conf'" "$PGDATA/postgresql.conf"; then
@@ -145,6 +149,46 @@ check_version() {
 			"an in-place major upgrade is not supported: create a new Database with spec.restoreFrom"
 }
 
+# Settings a hot standby must hold at least as high as the primary that wrote
+# the WAL it replays, with their labels in pg_controldata's output.
+declare -A STANDBY_FLOOR_LABELS=(
+	[max_connections]='max_connections setting'
+	[max_worker_processes]='max_worker_processes setting'
+	[max_wal_senders]='max_wal_senders setting'
+	[max_prepared_transactions]='max_prepared_xacts setting'
+	[max_locks_per_transaction]='max_locks_per_xact setting'
+)
+STANDBY_FLOOR_CONF=database.standby.conf
+
+# write_standby_floor: a standby started with one of these settings lower than
+# the values its control file recorded from the primary aborts at startup
+# ("insufficient parameter settings") and crash-loops for good: lowering them
+# (a smaller tier) rolls the standbys first, while the primary still runs with
+# the old values. So each is started at max(desired, control file): the
+# primary restarts later with the lower value and writes a parameter-change
+# record, the standby replays it (its control file then has the lower value)
+# and its next start uses the desired value. Run with postgres stopped.
+write_standby_floor() {
+	local out="$PGDATA/$STANDBY_FLOOR_CONF" controldata name label have want
+	rm -f "$out" # postgres -C must see the desired values, not the last floor
+	controldata=$(LC_ALL=C pg_controldata "$PGDATA") || die "pg_controldata $PGDATA failed"
+	{
+		echo "# Written by entrypoint.sh at every standby start; edits are lost."
+		echo "# max(desired, value recorded in the control file from the primary)."
+		for name in "${!STANDBY_FLOOR_LABELS[@]}"; do
+			label=${STANDBY_FLOOR_LABELS[$name]}
+			have=$(sed -n "s/^$label: *//p" <<<"$controldata")
+			want=$(postgres -D "$PGDATA" -C "$name") || die "postgres -C $name failed"
+			[[ $have =~ ^[0-9]+$ && $want =~ ^[0-9]+$ ]] || die "cannot compare $name: control file '$have', configured '$want'"
+			if ((have > want)); then
+				echo "$name = $have"
+				log "starting with $name = $have (configured $want): the primary's WAL replayed so far was written with $have; the configured value applies once the primary's lower value has been replayed, at a later restart"
+			fi
+		done
+	} >"$out.tmp"
+	mv -f "$out.tmp" "$out"
+}
+
 start_postgres() {
 	set_state running
 	log "starting postgres ($1) on port $PGPORT, socket dir $PGHOST"
@@ -159,6 +203,10 @@ bootstrap_sql() {
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
 	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	# Only SCRAM verifiers reach the server, never a plaintext password.
+	scram_verifier su_pw "$su_pw" || return 1
+	scram_verifier repl_pw "$repl_pw" || return 1
+	scram_verifier app_pw "$app_pw" || return 1
 	psql_set su "$superuser"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"
@@ -166,8 +214,11 @@ bootstrap_sql() {
 	psql_set app "$APP_USER"
 	psql_set app_pw "$app_pw"
 	psql_set db "$DB_NAME"
+	# Statement logging off for this session as well: a verifier is not the
+	# password, but it allows an offline guess at it.
 	cat <<-'SQL'
 		SET log_statement = 'none';
+		SET log_min_duration_statement = -1;
 		SET log_min_error_statement = 'panic';
 		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
 		CREATE ROLE :"repl" WITH LOGIN REPLICATION PASSWORD :'repl_pw';
@@ -199,6 +250,46 @@ init_primary() {
 	log "primary bootstrapped in $((SECONDS - started))s: database $DB_NAME owned by $APP_USER, replication role, superuser $superuser"
 }
 
+# peer_hosts: host:port of the other ordinals' postgres, one a line: the
+# PEER_HOSTS override (space-separated host:port; tests), else ordinals 1 to
+# PEER_ORDINALS (default 9) under the primary's own headless-Service name
+# (PRIMARY_HOST is POD_NAME.N-hl.NS.svc...: N-k.N-hl.NS.svc...). The headless
+# Service publishes not-ready pods, so an unready standby still resolves.
+peer_hosts() {
+	local k prefix=${POD_NAME%-*} peer
+	if [[ -n ${PEER_HOSTS:-} ]]; then
+		for peer in $PEER_HOSTS; do printf '%s\n' "$peer"; done
+		return 0
+	fi
+	[[ $PRIMARY_HOST == "$POD_NAME".* ]] || return 0
+	for ((k = 1; k <= ${PEER_ORDINALS:-9}; k++)); do
+		printf '%s:%s\n' "$prefix-$k.${PRIMARY_HOST#"$POD_NAME".}" "$PRIMARY_PORT"
+	done
+}
+
+# refuse_initdb_if_peer_answers WHY: the `initialized` key lives in a
+# ConfigMap that can be deleted; a standby's postgres, though, only ever runs
+# on a completed clone of this Database's primary. If one answers (accepting,
+# or rejecting while it starts), this Database had data and an initdb here
+# would start a new, empty cluster over it (and its standbys would then be
+# cloned from the empty one): hold instead. A standby still cloning, or none
+# (a new Database, or a single instance), does not answer.
+refuse_initdb_if_peer_answers() {
+	local peer host port rc
+	while IFS= read -r peer; do
+		[[ -n $peer ]] || continue
+		host=${peer%:*}
+		port=${peer##*:}
+		rc=0
+		pg_isready -q -t 3 -h "$host" -p "$port" || rc=$?
+		if ((rc <= 1)); then
+			hold "$1, but the standby postgres at $host:$port answers: this Database holds data there;" \
+				"refusing to initdb a new, empty primary over it. Restore this data volume, or promote that standby by hand," \
+				"or (to start from nothing) delete the standbys' volumes, then delete this pod"
+		fi
+	done < <(peer_hosts)
+}
+
 primary() {
 	local initialized=''
 	if [[ -r $SCRIPTS_DIR/initialized ]]; then
@@ -211,12 +302,14 @@ primary() {
 				"refusing to initdb an empty primary over lost data. Restore the data volume (or restore from a backup" \
 				"into a new Database), then delete this pod"
 		fi
+		refuse_initdb_if_peer_answers "data directory $PGDATA is empty"
 		init_primary
 	elif [[ ! -f $BOOTSTRAP_MARKER ]]; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA has no bootstrap marker ($BOOTSTRAP_MARKER) but this Database was initialised before;" \
 				"not touching it: inspect the volume, then delete this pod"
 		fi
+		refuse_initdb_if_peer_answers "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER)"
 		log "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER): starting over"
 		init_primary
 	else
@@ -224,6 +317,7 @@ primary() {
 		[[ ! -f $PGDATA/standby.signal ]] || hold "ordinal 0 found standby.signal in $PGDATA: not promoting a standby by accident"
 		write_config
 	fi
+	rm -f "$PGDATA/$STANDBY_FLOOR_CONF"
 	start_postgres primary
 }
 
@@ -284,7 +378,7 @@ standby() {
 	else
 		set_state cloning
 		if [[ -f $PGDATA/database.reclone ]]; then
-			log "the primary lost the WAL this standby needed ($(<"$PGDATA/database.reclone")): wiping it and cloning again"
+			log "this standby cannot replicate from the primary any more ($(<"$PGDATA/database.reclone")): wiping it and cloning again"
 		elif ! dir_is_empty "$PGDATA"; then
 			log "data directory $PGDATA holds an unfinished clone (no $CLONE_MARKER): wiping it and cloning again"
 		fi
@@ -297,6 +391,7 @@ standby() {
 	# Never start a standby's data as a primary.
 	[[ -f $PGDATA/standby.signal ]] || : >"$PGDATA/standby.signal"
 	write_config
+	write_standby_floor
 	start_postgres "standby of $PRIMARY_HOST:$PRIMARY_PORT"
 }
 

@@ -292,6 +292,8 @@ type instance struct {
 	state  string
 	port   int
 	starts int
+	// extra is appended to the pod's environment (its containers and probes).
+	extra []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -344,6 +346,7 @@ func (in *instance) env(extra ...string) []string {
 		"RETRY_INTERVAL=1",
 		"SYNC_INTERVAL=1",
 	)
+	env = append(env, in.extra...)
 	return append(env, extra...)
 }
 

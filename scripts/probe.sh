@@ -3,16 +3,24 @@
 #
 #   ready: entrypoint.sh has exec'd postgres (state running; never while
 #          initialising, cloning or holding) and postgres accepts connections
-#          on the socket.
+#          on the socket. A standby also has to replicate (standby_fresh):
+#          it is ready only while its WAL receiver streamed, at most
+#          READY_MAX_LAG_BYTES behind the primary and with replay not paused,
+#          within the last READY_GRACE_SECONDS; otherwise the read Service
+#          drops it instead of serving stale reads.
 #   live:  postgres answers on the socket (accepting, or rejecting while it
 #          starts or recovers), or the pod is deliberately initialising,
 #          cloning or holding: the kubelet must not restart it in a loop.
 #          Not live: a running standby whose clone the sidecar marked for
 #          cloning again (database.reclone: the primary lost its WAL), so
-#          that the restarted container clones it.
+#          that the restarted container clones it. Not live either: a standby
+#          whose replay paused because the primary raised a setting above the
+#          standby's own (standby_needs_restart): the restart starts it with
+#          the primary's values (entrypoint.sh write_standby_floor).
 #
 # Environment: PGHOST (socket dir), PGPORT, ADMIN_SECRET_DIR; optional
-# STATE_DIR (default /tmp, as entrypoint.sh), PGDATA.
+# STATE_DIR (default /tmp, as entrypoint.sh), PGDATA, READY_GRACE_SECONDS
+# (default 60), READY_MAX_LAG_BYTES (default 268435456, 256 MiB).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,6 +39,77 @@ if [[ -n ${ADMIN_SECRET_DIR:-} && -r $ADMIN_SECRET_DIR/username ]]; then
 	user=$(<"$ADMIN_SECRET_DIR/username")
 fi
 
+READY_GRACE_SECONDS=${READY_GRACE_SECONDS:-60}
+require_int READY_GRACE_SECONDS 0
+READY_MAX_LAG_BYTES=${READY_MAX_LAG_BYTES:-268435456}
+require_int READY_MAX_LAG_BYTES 0
+
+sql() {
+	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
+}
+
+# standby_fresh: 0 for a primary, or a standby that replicated within the last
+# READY_GRACE_SECONDS. The grace is deliberate: a primary restarting for a
+# settings change or a minor roll (seconds) should not take every standby out
+# of the read Service at once; a primary gone longer, a dropped slot or a
+# primary of another cluster (the sidecar then has it cloned again) do. A new
+# container (entrypoint.sh removes the mark) is not ready until it has caught
+# up and streams once: a fresh clone never serves before.
+standby_fresh() {
+	local row recovery status lag paused now last=0
+	# Not a standby (entrypoint.sh writes standby.signal on every standby):
+	# no query, so that a primary's log stays free of probes.
+	[[ -n ${PGDATA:-} && ! -f $PGDATA/standby.signal ]] && return 0
+	row=$(sql "SELECT pg_is_in_recovery(), coalesce(r.status, 'none'),
+			coalesce(pg_wal_lsn_diff(r.latest_end_lsn, pg_last_wal_replay_lsn())::bigint, -1),
+			CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END
+		FROM (SELECT 1) one LEFT JOIN pg_stat_wal_receiver r ON true") || {
+		echo "not ready: cannot query postgres" >&2
+		return 1
+	}
+	IFS='|' read -r recovery status lag paused <<<"$row"
+	[[ $recovery == t ]] || return 0
+	now=$(printf '%(%s)T' -1)
+	if [[ $status == streaming && $paused == 'not paused' ]] && ((lag >= 0 && lag <= READY_MAX_LAG_BYTES)); then
+		printf '%s\n' "$now" >"$STREAMED_FILE"
+		return 0
+	fi
+	[[ -r $STREAMED_FILE ]] && last=$(<"$STREAMED_FILE")
+	[[ $last =~ ^[0-9]+$ ]] || last=0
+	if ((last > 0 && now - last <= READY_GRACE_SECONDS)); then
+		echo "standby: WAL receiver $status, replay $paused, $lag bytes behind; ready for $((READY_GRACE_SECONDS - (now - last)))s more (grace)" >&2
+		return 0
+	fi
+	echo "not ready: standby not replicating (WAL receiver $status, replay $paused, $lag bytes behind the primary, bound $READY_MAX_LAG_BYTES) for more than ${READY_GRACE_SECONDS}s or since start" >&2
+	return 1
+}
+
+# standby_needs_restart: 0 when this standby's replay paused because the
+# primary's WAL needs a setting higher than this standby's own (PostgreSQL
+# pauses instead of aborting, then waits forever): its control file already
+# holds the primary's values, which the next start takes.
+standby_needs_restart() {
+	local row controldata name label have current
+	[[ -n ${PGDATA:-} && -f $PGDATA/standby.signal ]] || return 1
+	row=$(sql "SELECT CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() <> 'not paused' ELSE false END") || return 1
+	[[ $row == t ]] || return 1
+	controldata=$(LC_ALL=C pg_controldata "$PGDATA") || return 1
+	for name in max_connections max_worker_processes max_wal_senders max_prepared_transactions max_locks_per_transaction; do
+		case $name in
+		max_prepared_transactions) label='max_prepared_xacts setting' ;;
+		max_locks_per_transaction) label='max_locks_per_xact setting' ;;
+		*) label="$name setting" ;;
+		esac
+		have=$(sed -n "s/^$label: *//p" <<<"$controldata")
+		current=$(sql "SHOW $name") || return 1
+		if [[ $have =~ ^[0-9]+$ && $current =~ ^[0-9]+$ ]] && ((have > current)); then
+			echo "not live: replay paused: the primary runs with $name = $have, this standby with $current; restarting to take the primary's value" >&2
+			return 0
+		fi
+	done
+	return 1
+}
+
 state=$(get_state)
 rc=0
 pg_isready -q -t 3 -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres || rc=$?
@@ -45,19 +124,23 @@ ready)
 		echo "not ready: postgres is not accepting connections (pg_isready exit $rc)" >&2
 		exit 1
 	fi
+	standby_fresh || exit 1
 	;;
 live)
 	case $state in
 	initializing | cloning | hold) exit 0 ;;
 	esac
 	if [[ -n ${PGDATA:-} && -f $PGDATA/database.reclone ]]; then
-		echo "not live: this standby lost the WAL it needs ($(<"$PGDATA/database.reclone")); restarting to clone it again" >&2
+		echo "not live: this standby cannot replicate any more ($(<"$PGDATA/database.reclone")); restarting to clone it again" >&2
 		exit 1
 	fi
 	# pg_isready: 0 accepting, 1 rejecting (starting up / recovery), 2 no
 	# response, 3 no attempt.
 	if ((rc > 1)); then
 		echo "not live: postgres does not answer (pg_isready exit $rc, state $state)" >&2
+		exit 1
+	fi
+	if ((rc == 0)) && standby_needs_restart; then
 		exit 1
 	fi
 	;;

@@ -9,12 +9,14 @@
 #     replication role and the superuser, over the socket (peer).
 #   standby: refreshes its local replication passfile (used by its
 #     walreceiver to reconnect); and every SLOT_CHECK_ROUNDS rounds (default
-#     6) checks that the primary still holds the WAL it needs (check_lost_slot).
+#     6) checks that the primary still holds its slot and the WAL it needs,
+#     and is the same cluster (check_lost_slot).
 #   any instance: reloads the configuration when the function's
 #     postgresql.conf changed (reload_settings).
 # Safe while postgres is not up yet: it just tries again next round.
-# Passwords go to psql on stdin (psql variables, :'pw' quoting): never in
-# process arguments, never in logs (the session turns statement logging off).
+# Passwords never reach the server: the sidecar sends SCRAM verifiers computed
+# here (lib.sh scram_verifier), as psql variables on stdin (:'pw' quoting):
+# never in process arguments; the session also turns statement logging off.
 #
 # Environment: POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
@@ -63,6 +65,10 @@ sync_sql() {
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
 	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	# Only SCRAM verifiers reach the server, never a plaintext password.
+	scram_verifier su_pw "$su_pw" || return 1
+	scram_verifier repl_pw "$repl_pw" || return 1
+	scram_verifier app_pw "$app_pw" || return 1
 	psql_set su "$su"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"
@@ -71,6 +77,7 @@ sync_sql() {
 	psql_set app_pw "$app_pw"
 	cat <<-'SQL'
 		SET log_statement = 'none';
+		SET log_min_duration_statement = -1;
 		SET log_min_error_statement = 'panic';
 		BEGIN;
 		ALTER ROLE :"app" WITH PASSWORD :'app_pw';
@@ -80,32 +87,54 @@ sync_sql() {
 	SQL
 }
 
-# check_lost_slot (standby): a standby that was down while the primary wrote
-# more WAL than max_slot_wal_keep_size finds its slot invalidated and the WAL
-# it needs removed: it can never catch up, yet it keeps serving stale reads.
-# Only when the primary itself reports the slot lost, and this standby is in
-# recovery and not streaming, does it turn the clone into an unfinished one
+# check_lost_slot (standby): a standby that cannot replicate keeps serving
+# stale reads, and can never catch up when
+#   - the primary invalidated its slot (it was down while the primary wrote
+#     more WAL than max_slot_wal_keep_size): wal_status 'lost';
+#   - the primary has no slot for it at all (dropped by hand, or a primary
+#     re-created on a new volume): the walreceiver loops on "replication slot
+#     does not exist";
+#   - the primary is another cluster (its system identifier differs from this
+#     standby's: re-created by initdb): nothing it sends can be replayed.
+# Only when the primary itself ANSWERS with one of these, and this standby is
+# in recovery and not streaming, does it turn the clone into an unfinished one
 # (clone marker removed, reason in database.reclone): the liveness probe then
 # restarts the postgres container, and entrypoint.sh wipes and clones it
-# again. A primary that does not answer changes nothing.
+# again. A primary that does not answer changes nothing: this standby may
+# hold the only copy of the data.
 check_lost_slot() {
-	local su su_pw here_state slot wal_status passfile
+	local su su_pw here_state here_sysid slot answer primary_sysid wal_status passfile reason
 	[[ -n $PRIMARY_HOST && -f $CLONE_MARKER ]] || return 0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	here_state=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c \
-		"SELECT pg_is_in_recovery()::text || '|' || coalesce((SELECT status FROM pg_stat_wal_receiver), 'none')" 2>/dev/null) || return 1
+		"SELECT pg_is_in_recovery()::text || '|' || coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || '|' || (SELECT system_identifier FROM pg_control_system())" 2>/dev/null) || return 1
+	here_sysid=${here_state##*|}
+	here_state=${here_state%|*}
 	[[ $here_state == true\|* && $here_state != *\|streaming ]] || return 0
 	passfile="$STATE_DIR/superuser.pgpass"
 	mkdir -p "$STATE_DIR"
 	write_passfile "$passfile" "$su" "$su_pw"
 	slot=$(slot_name)
-	wal_status=$(psql -X -A -t -q -v slot="$slot" \
+	answer=$(psql -X -A -t -q -v slot="$slot" \
 		-d "host=$(conninfo_quote "$PRIMARY_HOST") port=$PRIMARY_PORT user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=5" \
-		<<<"SELECT wal_status FROM pg_replication_slots WHERE slot_name = :'slot'" 2>/dev/null) || return 1
-	[[ $wal_status == lost ]] || return 0
-	log "standby: the primary invalidated slot $slot (WAL this standby needs is gone; it is ${here_state#*|} and can never catch up): marking the clone unfinished, to be wiped and cloned again at the next container start"
-	printf '%s slot %s lost on %s:%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$slot" "$PRIMARY_HOST" "$PRIMARY_PORT" >"$RECLONE_MARKER"
+		<<<"SELECT (SELECT system_identifier FROM pg_control_system()) || '|' || coalesce((SELECT wal_status FROM pg_replication_slots WHERE slot_name = :'slot'), 'missing')" 2>/dev/null) || return 1
+	primary_sysid=${answer%%|*}
+	wal_status=${answer#*|}
+	# Anything but a well-formed answer (and a well-formed identifier here) is
+	# no answer.
+	[[ $primary_sysid =~ ^[0-9]+$ && $here_sysid =~ ^[0-9]+$ && -n $wal_status ]] || return 0
+	if [[ $primary_sysid != "$here_sysid" ]]; then
+		reason="the primary is another cluster (system identifier $primary_sysid, this standby's $here_sysid)"
+	elif [[ $wal_status == missing ]]; then
+		reason="the primary has no replication slot $slot"
+	elif [[ $wal_status == lost ]]; then
+		reason="the primary invalidated slot $slot (WAL this standby needs is gone)"
+	else
+		return 0
+	fi
+	log "standby: $reason; it is ${here_state#*|} and can never catch up: marking the clone unfinished, to be wiped and cloned again at the next container start"
+	printf '%s %s (%s:%s)\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$reason" "$PRIMARY_HOST" "$PRIMARY_PORT" >"$RECLONE_MARKER"
 	rm -f "$CLONE_MARKER"
 	sync "$PGDATA"
 }
