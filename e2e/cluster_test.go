@@ -46,6 +46,11 @@ type cluster struct {
 	provDone  chan struct{}
 	provMu    sync.Mutex
 	provError error
+
+	// realVolumes is where the real node's volumes live (one folder per
+	// claim); realNS caches which namespaces are the real node's.
+	realVolumes string
+	realNS      sync.Map // namespace → bool
 }
 
 func (c *cluster) procs() []*proc {
@@ -61,7 +66,7 @@ func (c *cluster) procs() []*proc {
 func (c *cluster) binary(name string) string { return filepath.Join(c.bin, name) }
 
 func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any)) (*cluster, error) {
-	c := &cluster{dir: dir, bin: bin}
+	c := &cluster{dir: dir, bin: bin, realVolumes: filepath.Join(dir, "node", "volumes")}
 	c.holdPVs.Store("")
 	var err error
 	t0 := time.Now()
@@ -123,6 +128,12 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--enable-priority-and-fairness=false",
+		// Pods reach the real node only from namespaces that ask for it
+		// (node selector and taint toleration per namespace, see node_test.go).
+		"--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
+		// Logs and exec on the real node's pods go through its kubelet.
+		"--kubelet-client-certificate="+c.pki.adminCrt,
+		"--kubelet-client-key="+c.pki.adminKey,
 		// The API server turns a watch from resourceVersion 0 (kwok's) into
 		// a streaming list, which needs etcd progress requests (etcd
 		// 3.4.31+); Debian's etcd 3.4.23 has none, so such watches fail and
@@ -185,7 +196,8 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 	)
 	c.kwok = newProc(dir, "kwok", c.binary("kwok"),
 		"--kubeconfig="+c.kcfg,
-		"--manage-all-nodes=true",
+		// Only the fake node: the real node's kubelet runs its own pods.
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--node-ip=127.0.0.1",
 		"--cidr=10.244.0.0/16",
 		"--config="+c.binary("kwok-stages.yaml"),
@@ -324,6 +336,24 @@ func (c *cluster) provision(ctx context.Context) {
 					},
 				},
 			}
+			if c.isRealNamespace(ctx, pvc.Namespace) {
+				// A real folder on the real node, owned by the uid the
+				// database pods run as (hostPath volumes get no fsGroup).
+				path := filepath.Join(c.realVolumes, pvc.Namespace+"-"+pvc.Name+"-"+string(pvc.UID))
+				if err := os.MkdirAll(path, 0o700); err != nil || os.Chown(path, 999, 999) != nil {
+					c.provMu.Lock()
+					c.provError = fmt.Errorf("volume folder %s: %v", path, err)
+					c.provMu.Unlock()
+					continue
+				}
+				dirType := corev1.HostPathDirectory
+				pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: path, Type: &dirType}
+				pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+						Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{realNodeName},
+					}}}},
+				}}
+			}
 			if len(pv.Spec.AccessModes) == 0 {
 				pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 			}
@@ -334,6 +364,20 @@ func (c *cluster) provision(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// isRealNamespace tells whether a namespace's pods run on the real node.
+func (c *cluster) isRealNamespace(ctx context.Context, ns string) bool {
+	if v, ok := c.realNS.Load(ns); ok {
+		return v.(bool)
+	}
+	n, err := c.kube.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	real := n.Labels[realNamespaceLabel] == "true"
+	c.realNS.Store(ns, real)
+	return real
 }
 
 func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc) error {

@@ -25,6 +25,7 @@ type suite struct {
 	cl   *cluster
 	xp   *crossplane
 	k    *kube
+	node *node // the real node, started by the first real-node test
 
 	mu        sync.Mutex
 	durations []string
@@ -254,12 +255,18 @@ func (s *suite) procs() []*proc {
 	if s.xp != nil {
 		ps = append(ps, s.xp.procs()...)
 	}
+	if s.node != nil {
+		ps = append(ps, s.node.procs()...)
+	}
 	return ps
 }
 
 func (s *suite) stop() {
 	if s.xp != nil {
 		s.xp.stop()
+	}
+	if s.node != nil {
+		s.node.stop()
 	}
 	if s.cl != nil {
 		s.cl.stop()
@@ -274,7 +281,9 @@ func (s *suite) dumpLogs(n int) {
 		fmt.Printf("\n----- last %d lines of %s (pid %d, %s) -----\n%s\n", n, p.name, p.pid(), p.log, p.tail(n))
 	}
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "logs", "*.log"))
-	for _, l := range logs {
+	// The real node's pods: every container's log (podLogsDir/<pod>/<container>/N.log).
+	pods, _ := filepath.Glob(filepath.Join(s.dir, "node", "pods", "*", "*", "*.log"))
+	for _, l := range append(logs, pods...) {
 		if !seen[l] {
 			fmt.Printf("\n----- last %d lines of %s -----\n%s\n", n, l, tailFile(l, n))
 		}

@@ -2,10 +2,13 @@
 # The end-to-end suite in one command: builds (or reuses) the control-plane
 # tools and Crossplane core, then runs e2e/ (a real kube-apiserver, etcd,
 # controller-manager, scheduler, kwok and Crossplane core on 127.0.0.1, the
-# function built from this clone). Called by .ci/run after the unit tests.
+# function built from this clone) and, for the real-node group, a kubelet +
+# containerd node running PostgreSQL in real pods (docs/real-node.md; root).
+# Called by .ci/run after the unit tests.
 #
-#   hack/e2e.sh                 run the suite
-#   hack/e2e.sh -run 'X/Scale'  extra go test flags
+#   hack/e2e.sh                      run the suite (both groups)
+#   hack/e2e.sh -run TestRealNode    the real-node group alone
+#   hack/e2e.sh -run 'X/Scale'       extra go test flags
 #   E2E_KEEP=1 hack/e2e.sh      keep the temporary folder (logs) on success too
 #
 # Cold (nothing cached): etcd install ~1 min, k8s binaries and kwok ~13 min of
@@ -20,4 +23,4 @@ start=$SECONDS
 echo "e2e: tools ready in $((SECONDS - start)) s"
 cd "$root/e2e"
 export E2E_SKIP_TOOLS=1 # just built above
-go test -tags e2e -count=1 -timeout 40m -v "$@" ./...
+go test -tags e2e -count=1 -timeout 70m -v "$@" ./...

@@ -1,0 +1,738 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The real node: kubelet, kube-proxy, containerd + runc + CNI bridge, CoreDNS
+// and kube-router's NetworkPolicy firewall, every one a child process with
+// its state in the suite's folder. Pods land on it only from namespaces made
+// by realNamespace (a node selector and a toleration of its taint, added by
+// the API server's PodNodeSelector and PodTolerationRestriction admission);
+// every other pod stays on the kwok node.
+const (
+	realNodeName  = "real-node"
+	realNodeTaint = "e2e.function-database/real-node"
+	// The pod network is a bridge on this machine with no route or
+	// masquerade out of it (a mangle-table guard drops what would leave).
+	podCIDR     = "10.88.0.0/16"
+	bridgeName  = "fdb0"
+	bridgeIP    = "10.88.0.1" // the pods' gateway and their DNS server
+	serviceCIDR = "10.0.0.0/24"
+	guardChain  = "FDB-E2E-GUARD"
+
+	pauseImage    = "e2e.local/pause:1"
+	postgresRepo  = "e2e.local/postgres"
+	postgresImage = postgresRepo + ":15"
+	// The same image under a newer minor tag, for the minor-roll scenario.
+	postgresMinor = postgresRepo + ":15.1"
+)
+
+type node struct {
+	dir  string
+	bin  string
+	cl   *cluster
+	sock string // containerd's socket
+
+	containerd, kubelet, proxy, dns, router *proc
+	guard                                   bool
+}
+
+func (n *node) procs() []*proc {
+	var out []*proc
+	for _, p := range []*proc{n.containerd, n.kubelet, n.proxy, n.dns, n.router} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// realNodeNeeds lists what the real node takes from the machine, with where
+// it comes from when missing.
+var realNodeNeeds = []struct{ path, from string }{
+	{"containerd", "Debian containerd (hack/cluster-tools.sh node)"},
+	{"ctr", "Debian containerd"},
+	{"runc", "Debian runc"},
+	{"iptables", "Debian iptables"},
+	{"ipset", "Debian ipset"},
+	{"conntrack", "Debian conntrack"},
+	{"ip", "Debian iproute2"},
+	{"/usr/lib/cni/bridge", "Debian containernetworking-plugins"},
+	{"/usr/lib/cni/host-local", "Debian containernetworking-plugins"},
+	{"/usr/lib/cni/loopback", "Debian containernetworking-plugins"},
+}
+
+func (s *suite) startNode(ctx context.Context) (*node, error) {
+	n := &node{dir: filepath.Join(s.dir, "node"), bin: s.cl.bin, cl: s.cl}
+	t0 := time.Now()
+	if os.Geteuid() != 0 {
+		return n, errors.New("the real node needs root (cgroups, network namespaces, iptables)")
+	}
+	for _, need := range realNodeNeeds {
+		if strings.HasPrefix(need.path, "/") {
+			if !fileExists(need.path) {
+				return n, fmt.Errorf("no %s: install %s", need.path, need.from)
+			}
+		} else if _, err := exec.LookPath(need.path); err != nil {
+			return n, fmt.Errorf("no %s on PATH: install %s", need.path, need.from)
+		}
+	}
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "kube-router"} {
+		if !fileExists(n.binary(b)) {
+			return n, fmt.Errorf("no %s in %s: run hack/cluster-tools.sh node", b, n.bin)
+		}
+	}
+	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet", "pods", "volumes"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := n.network(ctx); err != nil {
+		return n, fmt.Errorf("pod network: %w", err)
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return n, err
+	}
+	logf("real node: containerd up (%s)", time.Since(t0).Round(time.Millisecond))
+	if err := n.importImages(ctx, s); err != nil {
+		return n, fmt.Errorf("images: %w", err)
+	}
+	logf("real node: images imported (%s)", time.Since(t0).Round(time.Millisecond))
+	if err := n.startKubelet(ctx); err != nil {
+		return n, err
+	}
+	logf("real node: kubelet registered %s Ready (%s)", realNodeName, time.Since(t0).Round(time.Millisecond))
+	if err := n.startProxy(ctx); err != nil {
+		return n, err
+	}
+	if err := n.startDNS(ctx); err != nil {
+		return n, err
+	}
+	if err := n.startRouter(ctx); err != nil {
+		return n, err
+	}
+	logf("real node: kube-proxy, CoreDNS, kube-router up (%s)", time.Since(t0).Round(time.Millisecond))
+	return n, nil
+}
+
+func (n *node) binary(name string) string { return filepath.Join(n.bin, name) }
+
+func (n *node) path(parts ...string) string {
+	return filepath.Join(append([]string{n.dir}, parts...)...)
+}
+
+func (n *node) log() string { return filepath.Join(filepath.Dir(n.dir), "logs", "node-setup.log") }
+
+// sh runs a setup command; its output goes to the node's setup log.
+func (n *node) sh(ctx context.Context, bin string, args ...string) error {
+	if err := run(ctx, n.log(), n.dir, nil, bin, args...); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", bin, strings.Join(args, " "), err, tailFile(n.log(), 5))
+	}
+	return nil
+}
+
+// network prepares the kernel and the bridge: br_netfilter so bridged pod
+// traffic meets kube-proxy's and kube-router's iptables rules, forwarding
+// (pod → Service → pod on the same bridge is routed), and a guard in the
+// mangle table (before any filter rule can accept) that drops pod traffic to
+// or from anything outside the pod network.
+func (n *node) network(ctx context.Context) error {
+	if !fileExists("/proc/sys/net/bridge") {
+		_ = n.sh(ctx, "modprobe", "br_netfilter")
+	}
+	for k, v := range map[string]string{
+		"net/ipv4/ip_forward":                       "1",
+		"net/bridge/bridge-nf-call-iptables":        "1",
+		"net/bridge/bridge-nf-call-ip6tables":       "1",
+		"net/ipv4/conf/all/route_localnet":          "0",
+		"net/netfilter/nf_conntrack_tcp_be_liberal": "1",
+	} {
+		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644); err != nil && k != "net/netfilter/nf_conntrack_tcp_be_liberal" {
+			return fmt.Errorf("sysctl %s: %w", k, err)
+		}
+	}
+	if err := n.sh(ctx, "ip", "link", "show", bridgeName); err != nil {
+		if err := n.sh(ctx, "ip", "link", "add", bridgeName, "type", "bridge"); err != nil {
+			return err
+		}
+	}
+	_ = exec.CommandContext(ctx, "ip", "addr", "add", bridgeIP+"/16", "dev", bridgeName).Run() // exists on a second run
+	if err := n.sh(ctx, "ip", "link", "set", bridgeName, "up"); err != nil {
+		return err
+	}
+	n.unguard()
+	for _, args := range [][]string{
+		{"-t", "mangle", "-N", guardChain},
+		{"-t", "mangle", "-A", guardChain, "-s", podCIDR, "-d", podCIDR, "-j", "RETURN"},
+		{"-t", "mangle", "-A", guardChain, "-s", podCIDR, "-j", "DROP"},
+		{"-t", "mangle", "-A", guardChain, "-d", podCIDR, "-j", "DROP"},
+		{"-t", "mangle", "-I", "FORWARD", "1", "-j", guardChain},
+	} {
+		if err := n.sh(ctx, "iptables", args...); err != nil {
+			return err
+		}
+	}
+	n.guard = true
+	return nil
+}
+
+func (n *node) unguard() {
+	for _, args := range [][]string{
+		{"-t", "mangle", "-D", "FORWARD", "-j", guardChain},
+		{"-t", "mangle", "-F", guardChain},
+		{"-t", "mangle", "-X", guardChain},
+	} {
+		_ = exec.Command("iptables", args...).Run()
+	}
+}
+
+func (n *node) startContainerd(ctx context.Context) error {
+	n.sock = n.path("containerd", "containerd.sock")
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  # This machine's processes lack CAP_SYS_RESOURCE: a negative oom_score_adj
+  # is refused and every sandbox would fail without this.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = ""
+`, n.path("containerd", "root"), n.path("containerd", "state"), n.sock, n.sock+".ttrpc",
+		n.path("containerd", "opt"), pauseImage, n.path("cni", "net.d"))
+	if err := os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// No masquerade, no port mapping: pods talk to pods, Services and the
+	// node's DNS on the bridge, nothing else.
+	cni := fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "fdb-e2e",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": %q,
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "dataDir": %q,
+      "ranges": [[{"subnet": %q, "gateway": %q}]],
+      "routes": [{"dst": "0.0.0.0/0"}]
+    }
+  }]
+}
+`, bridgeName, n.path("cni", "ipam"), podCIDR, bridgeIP)
+	if err := os.WriteFile(n.path("cni", "net.d", "10-fdb-e2e.conflist"), []byte(cni), 0o644); err != nil {
+		return err
+	}
+	n.containerd = newProc(filepath.Dir(n.dir), "containerd", "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
+	if err := n.containerd.start(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return retry(wctx, 60*time.Second, func() error {
+		if ended, err := n.containerd.exited(); ended {
+			return fmt.Errorf("containerd exited: %w", err)
+		}
+		return exec.CommandContext(wctx, "ctr", "--address", n.sock, "version").Run()
+	})
+}
+
+// importImages makes the pause and PostgreSQL images (one layer each, no
+// registry) and imports them into containerd's k8s.io namespace, where the
+// CRI looks. The PostgreSQL image is cached next to its root filesystem.
+func (n *node) importImages(ctx context.Context, s *suite) error {
+	imgDir := n.path("images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	// pause: a static Go binary.
+	pauseBin := filepath.Join(imgDir, "pause")
+	if err := run(ctx, n.log(), filepath.Join(s.root, "e2e"), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", pauseBin, "./internal/pause"); err != nil {
+		return fmt.Errorf("go build pause: %w\n%s", err, tailFile(n.log(), 10))
+	}
+	pauseLayer, err := layerOf(map[string]string{"pause": pauseBin})
+	if err != nil {
+		return err
+	}
+	pauseTar := filepath.Join(imgDir, "pause.tar")
+	if err := writeImage(pauseTar, pauseLayer, v1.Config{Entrypoint: []string{"/pause"}}, []string{pauseImage}); err != nil {
+		return err
+	}
+
+	// PostgreSQL: the rootfs from hack/node-images.sh, laid out like the
+	// official image; its server binaries on PATH as there.
+	out, err := output(ctx, n.log(), s.root, "bash", "hack/node-images.sh")
+	if err != nil {
+		return fmt.Errorf("hack/node-images.sh: %w\n%s", err, tailFile(n.log(), 10))
+	}
+	rootfs, err := filepath.EvalSymlinks(filepath.Join(strings.TrimSpace(lastLine(out)), "postgres-15.tar"))
+	if err != nil {
+		return err
+	}
+	pgTar := strings.TrimSuffix(rootfs, ".tar") + ".image.tar"
+	if !fileExists(pgTar) {
+		layer, err := tarball.LayerFromFile(rootfs)
+		if err != nil {
+			return err
+		}
+		cfg := v1.Config{
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin",
+				"LANG=C.UTF-8",
+				"PGDATA=/var/lib/postgresql/data",
+			},
+			Cmd:        []string{"postgres"},
+			StopSignal: "SIGINT",
+		}
+		// mmdebstrap empties /run at the end: the socket folder of the
+		// official image (postgres-owned, sticky, world-writable) goes in a
+		// layer of its own.
+		run, err := dirLayer("run/postgresql", 999, 0o3777)
+		if err != nil {
+			return err
+		}
+		if err := writeImage(pgTar+".partial", layer, cfg, []string{postgresImage, postgresMinor}, run); err != nil {
+			return err
+		}
+		if err := os.Rename(pgTar+".partial", pgTar); err != nil {
+			return err
+		}
+	}
+	for _, tar := range []string{pauseTar, pgTar} {
+		if err := n.sh(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", tar); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// layerOf makes a layer of files (name in the image → path here), mode 0755.
+func layerOf(files map[string]string) (v1.Layer, error) {
+	return tarball.LayerFromOpener(func() (rc io.ReadCloser, err error) {
+		pr, pw := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(pw)
+			for name, path := range files {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+				if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+				if _, err := tw.Write(data); err != nil {
+					pw.CloseWithError(err)
+					return
+				}
+			}
+			pw.CloseWithError(tw.Close())
+		}()
+		return pr, nil
+	})
+}
+
+// dirLayer makes a layer holding one folder (and its parents, root-owned).
+func dirLayer(dir string, uid int, mode int64) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		h := &tar.Header{Name: strings.Join(parts[:i+1], "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755}
+		if i == len(parts)-1 {
+			h.Uid, h.Gid, h.Mode = uid, uid, mode
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+}
+
+func writeImage(path string, layer v1.Layer, cfg v1.Config, refs []string, more ...v1.Layer) error {
+	img, err := mutate.AppendLayers(empty.Image, append([]v1.Layer{layer}, more...)...)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Config = cfg
+	cf.OS, cf.Architecture = "linux", "amd64"
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+	tags := map[name.Tag]v1.Image{}
+	for _, r := range refs {
+		t, err := name.NewTag(r)
+		if err != nil {
+			return err
+		}
+		tags[t] = img
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := tarball.MultiWrite(tags, f); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func (n *node) startKubelet(ctx context.Context) error {
+	crt, key, err := n.cl.pki.ca.issue(certSpec{cn: "system:node:" + realNodeName, orgs: []string{"system:nodes"}, client: true})
+	if err != nil {
+		return err
+	}
+	kcfg, err := n.kubeconfig("kubelet", crt, key)
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	healthz, err := freePort()
+	if err != nil {
+		return err
+	}
+	// An empty resolv.conf: pods get the cluster DNS and its search path,
+	// none of this machine's.
+	resolv := n.path("resolv.conf")
+	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+readOnlyPort: 0
+# The machine's cgroups are v1 (hybrid): allowed, with the cgroupfs driver.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+resolvConf: %s
+clusterDNS: [%s]
+clusterDomain: cluster.local
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %s}
+authorization: {mode: AlwaysAllow}
+registerWithTaints:
+- {key: %s, value: "true", effect: NoSchedule}
+# The suite's images are imported, never pulled: image GC must never remove
+# them, and disk pressure must not evict the databases on a busy CI disk.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+serializeImagePulls: false
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusReportFrequency: 10s
+maxPods: 40
+`, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.caCrt, realNodeTaint)
+	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	n.kubelet = newProc(filepath.Dir(n.dir), "kubelet", n.binary("kubelet"),
+		"--config="+n.path("kubelet.yaml"),
+		"--kubeconfig="+kcfg,
+		"--root-dir="+n.path("kubelet"),
+		"--hostname-override="+realNodeName,
+		"--node-ip="+bridgeIP,
+		"--node-labels=type=real",
+		"--v=1",
+	)
+	if err := n.kubelet.start(); err != nil {
+		return err
+	}
+	return retry(ctx, 120*time.Second, func() error {
+		if ended, err := n.kubelet.exited(); ended {
+			return fmt.Errorf("kubelet exited: %w\n%s", err, n.kubelet.tail(20))
+		}
+		nd, err := n.cl.kube.cs.CoreV1().Nodes().Get(ctx, realNodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", realNodeName, err)
+		}
+		for _, c := range nd.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s not Ready: %v", realNodeName, nd.Status.Conditions)
+	})
+}
+
+func (n *node) kubeconfig(who string, crt, key []byte) (string, error) {
+	c, k := n.path(who+".crt"), n.path(who+".key")
+	if err := os.WriteFile(c, crt, 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(k, key, 0o600); err != nil {
+		return "", err
+	}
+	path := n.path(who + ".kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {server: %s, certificate-authority: %s}
+users:
+- name: %s
+  user: {client-certificate: %s, client-key: %s}
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: %s}
+current-context: e2e
+`, n.cl.host, n.cl.pki.caCrt, who, c, k, who)
+	return path, os.WriteFile(path, []byte(cfg), 0o600)
+}
+
+func (n *node) startProxy(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: %s}
+hostnameOverride: %s
+mode: iptables
+clusterCIDR: %s
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
+# Leave the machine's conntrack table size alone.
+conntrack: {maxPerCore: 0}
+`, n.cl.kcfg, realNodeName, podCIDR, health, metrics)
+	if err := os.WriteFile(n.path("kube-proxy.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	n.proxy = newProc(filepath.Dir(n.dir), "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
+	if err := n.proxy.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.proxy)
+}
+
+func (n *node) startDNS(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	ready, err := freePort()
+	if err != nil {
+		return err
+	}
+	corefile := fmt.Sprintf(`.:53 {
+    bind %s
+    errors
+    health 127.0.0.1:%d
+    ready 127.0.0.1:%d
+    kubernetes cluster.local %s {
+        kubeconfig %s
+        pods insecure
+        ttl 5
+    }
+    cache 5
+}
+`, bridgeIP, health, ready, serviceCIDR, n.cl.kcfg)
+	if err := os.WriteFile(n.path("Corefile"), []byte(corefile), 0o644); err != nil {
+		return err
+	}
+	n.dns = newProc(filepath.Dir(n.dir), "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
+	if err := n.dns.start(); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", ready), nil, n.dns); err != nil {
+		return err
+	}
+	// The API server's own Service resolves: the plugin has synced.
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
+	}}
+	return retry(ctx, 30*time.Second, func() error {
+		_, err := r.LookupHost(ctx, "kubernetes.default.svc.cluster.local")
+		return err
+	})
+}
+
+// startRouter runs kube-router's NetworkPolicy firewall only (iptables and
+// ipset; no routing, no service proxy: kube-proxy does that).
+func (n *node) startRouter(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	n.router = newProc(filepath.Dir(n.dir), "kube-router", n.binary("kube-router"),
+		"--kubeconfig="+n.cl.kcfg,
+		"--hostname-override="+realNodeName,
+		"--run-firewall=true",
+		"--run-router=false",
+		"--run-service-proxy=false",
+		"--run-loadbalancer=false",
+		"--enable-cni=false",
+		"--enable-ipv4=true",
+		"--enable-ipv6=false",
+		"--service-cluster-ip-range="+serviceCIDR,
+		"--iptables-sync-period=5s",
+		"--health-port="+strconv.Itoa(health),
+		"--metrics-port=0",
+		"--v=1",
+	)
+	if err := n.router.start(); err != nil {
+		return err
+	}
+	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.router)
+}
+
+// stop stops the node's processes by PID (the kubelet first, so it starts no
+// new containers), then every container containerd still runs, then the
+// iptables rules and the bridge.
+func (n *node) stop() {
+	for _, p := range []*proc{n.router, n.dns, n.proxy, n.kubelet} {
+		if p != nil {
+			p.stop(k8sStop)
+		}
+	}
+	if n.containerd != nil && n.sock != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		n.removePods(ctx)
+		cancel()
+		n.containerd.stop(k8sStop)
+	}
+	// Shims outlive containerd: kill any left in our state folder.
+	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexpQuote(n.path("containerd", "state"))).Run()
+	if n.proxy != nil {
+		_ = exec.Command(n.binary("kube-proxy"), "--cleanup").Run()
+	}
+	if n.router != nil {
+		_ = exec.Command(n.binary("kube-router"), "--cleanup-config").Run()
+	}
+	if n.guard {
+		n.unguard()
+	}
+	_ = exec.Command("ip", "link", "del", bridgeName).Run()
+	// Unmount what the kubelet and containerd left mounted in our folder so
+	// the suite can delete it.
+	unmountUnder(n.dir)
+}
+
+// removePods stops and removes every pod sandbox through the CRI (crictl is
+// not needed: ctr's task and container commands on the k8s.io namespace).
+func (n *node) removePods(ctx context.Context) {
+	out, err := exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "list", "-q").Output()
+	if err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).Run()
+		}
+		time.Sleep(time.Second)
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "delete", "-f", id).Run()
+		}
+	}
+}
+
+var unmountMu sync.Mutex
+
+func unmountUnder(dir string) {
+	unmountMu.Lock()
+	defer unmountMu.Unlock()
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			mounts = append(mounts, f[1])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = exec.Command("umount", "-l", mounts[i]).Run()
+	}
+}
+
+func regexpQuote(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
+			b.WriteRune('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

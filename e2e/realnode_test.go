@@ -1,0 +1,574 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
+)
+
+// Real-node scenarios: the composed Database runs PostgreSQL 15 in real pods
+// (kubelet, containerd, runc) and every assertion is on data, through the
+// composed Services and DNS names, from client pods using the credentials
+// Secret. Run them alone with `hack/e2e.sh -run TestRealNode`.
+
+const (
+	realNamespaceLabel = "e2e.function-database/real-node"
+	realComposition    = "database-real-node"
+	// Real pods start PostgreSQL, clone standbys and take dumps on two busy
+	// cores: their waits are longer than kwok's.
+	realReady = 5 * time.Minute
+)
+
+var (
+	nodeOnce sync.Once
+	nodeErr  error
+)
+
+// realNode starts the real node once for the suite, and the Composition that
+// points the function at the image built here.
+func (s *suite) realNode(t *testing.T) {
+	t.Helper()
+	nodeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		s.node, nodeErr = s.startNode(ctx)
+		if nodeErr != nil {
+			nodeErr = fmt.Errorf("real node: %w", nodeErr)
+			return
+		}
+		nodeErr = s.applyRealComposition(ctx)
+		logf("real node ready in %s", time.Since(t0).Round(time.Millisecond))
+	})
+	if nodeErr != nil {
+		t.Fatal(nodeErr)
+	}
+}
+
+// applyRealComposition applies example/composition.yaml under another name
+// with the function input's image set to the PostgreSQL image built here:
+// what a platform does for its mirror.
+func (s *suite) applyRealComposition(ctx context.Context) error {
+	c, err := readObject(s.example("composition.yaml"))
+	if err != nil {
+		return err
+	}
+	c.SetName(realComposition)
+	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
+	if len(steps) == 0 {
+		return fmt.Errorf("no pipeline in %s", s.example("composition.yaml"))
+	}
+	step := steps[0].(map[string]any)
+	input, _ := step["input"].(map[string]any)
+	if input == nil {
+		input = map[string]any{"apiVersion": "database.fn.example.com/v1beta1", "kind": "Input"}
+	}
+	input["image"] = postgresRepo
+	// One node with two cores: tiers sized to fit a large Database, a
+	// restored copy and the backup Jobs at once (what a platform does for a
+	// small cluster). Replicas and the settings standbys must match
+	// (max_connections 200 for medium, 400 for large) stay the built-in ones.
+	small := map[string]any{"cpu": "300m", "memory": "512Mi", "storage": "1Gi", "backupStorage": "1Gi", "settings": map[string]any{"shared_buffers": "64MB", "effective_cache_size": "256MB"}}
+	tiers := map[string]any{}
+	for _, size := range []string{"small", "medium", "large"} {
+		tiers[size] = small
+	}
+	input["tiers"] = tiers
+	step["input"] = input
+	steps[0] = step
+	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
+		return err
+	}
+	_, err = s.k.apply(ctx, c)
+	return err
+}
+
+// realNamespace makes a namespace whose pods go to the real node.
+func (s *suite) realNamespace(t *testing.T, ns string) {
+	t.Helper()
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   ns,
+		Labels: map[string]string{realNamespaceLabel: "true"},
+		Annotations: map[string]string{
+			"scheduler.alpha.kubernetes.io/node-selector":      "type=real",
+			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
+		},
+	}}
+	if _, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+}
+
+// realDatabase makes a PostgreSQL 15 Database composed for the real node.
+func realDatabase(t *testing.T, ns, name, size string, set map[string]any) *unstructured.Unstructured {
+	t.Helper()
+	u := newDatabase(t, name, set)
+	u.SetNamespace(ns)
+	for path, v := range map[string]any{"version": "15", "size": size, "crossplane.compositionRef.name": realComposition} {
+		if err := unstructured.SetNestedField(u.Object, v, append([]string{"spec"}, strings.Split(path, ".")...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
+// waitRealReady waits for the XR to be Ready on real pods.
+func (s *suite) waitRealReady(t *testing.T, d database) *unstructured.Unstructured {
+	t.Helper()
+	var u *unstructured.Unstructured
+	eventually(t, realReady, d.String()+" Ready on the real node", func() (bool, string) {
+		var err error
+		u, err = env.k.get(context.Background(), d.gvk, d.ns, d.name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return getCondition(u, "Ready").Status == "True", conditionsString(u) + "; " + s.podsState(d.ns, d.name)
+	})
+	return u
+}
+
+// clientPod starts a pod in ns with psql and the Database's credentials from
+// its Secret, as an app would have them: PGPASSWORD from the password key,
+// DB_URI from the uri key.
+func (s *suite) clientPod(t *testing.T, ns, name, db string) {
+	t.Helper()
+	secret := db + "-credentials"
+	env := []corev1.EnvVar{
+		{Name: "PGCONNECT_TIMEOUT", Value: "5"},
+		{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "password", Optional: ptr.To(true)}}},
+		{Name: "PGUSER", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "username", Optional: ptr.To(true)}}},
+		{Name: "PGDATABASE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "dbname", Optional: ptr.To(true)}}},
+		{Name: "DB_URI", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri", Optional: ptr.To(true)}}},
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser: ptr.To(int64(999)), RunAsGroup: ptr.To(int64(999)), RunAsNonRoot: ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "psql",
+				Image:           postgresImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"sleep", "infinity"},
+				Env:             env,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create client pod %s/%s: %v", ns, name, err)
+	}
+	eventually(t, 2*time.Minute, "client pod "+ns+"/"+name+" Running", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
+	})
+}
+
+func podWaiting(p *corev1.Pod) string {
+	var out []string
+	for _, c := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if c.State.Waiting != nil {
+			out = append(out, c.Name+": "+c.State.Waiting.Reason+" "+c.State.Waiting.Message)
+		}
+		if c.State.Terminated != nil {
+			out = append(out, fmt.Sprintf("%s: exited %d %s", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// exec runs a command in a pod's first container through the API server and
+// the real node's kubelet; returns stdout, and stderr in the error.
+func (s *suite) exec(ns, pod string, cmd ...string) (string, error) {
+	req := s.k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(s.k.cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		return stdout.String(), fmt.Errorf("exec %s in %s/%s: %w: %s", strings.Join(cmd, " "), ns, pod, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// sql runs one statement with psql in the client pod against host (empty:
+// the Secret's uri) and returns its unaligned, tuples-only output.
+func (s *suite) sql(ns, pod, host, stmt string) (string, error) {
+	target := `"$DB_URI"`
+	if host != "" {
+		target = fmt.Sprintf(`"host=%s"`, host)
+	}
+	out, err := s.exec(ns, pod, "bash", "-c", "exec psql "+target+` -v ON_ERROR_STOP=1 -X -q -A -t -c "$0"`, stmt)
+	return strings.TrimSpace(out), err
+}
+
+func (s *suite) mustSQL(t *testing.T, ns, pod, host, stmt string) string {
+	t.Helper()
+	out, err := s.sql(ns, pod, host, stmt)
+	if err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+	return out
+}
+
+// eventuallySQL retries stmt until its output is want.
+func (s *suite) eventuallySQL(t *testing.T, timeout time.Duration, ns, pod, host, stmt, want string) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%q on %s gives %q", stmt, hostOr(host), want), func() (bool, string) {
+		out, err := s.sql(ns, pod, host, stmt)
+		if err != nil {
+			return false, err.Error()
+		}
+		return out == want, "got " + strconv.Quote(out)
+	})
+}
+
+func hostOr(h string) string {
+	if h == "" {
+		return "the Secret's uri"
+	}
+	return h
+}
+
+func svc(name, ns string) string { return name + "." + ns + ".svc.cluster.local" }
+
+func podDNS(db string, ordinal int, ns string) string {
+	return fmt.Sprintf("%s-%d.%s-hl.%s.svc.cluster.local", db, ordinal, db, ns)
+}
+
+// checksums is a per-table checksum of the client's database: what a restore
+// or a standby must reproduce.
+const checksums = `SELECT string_agg(format('%s:%s', c.relname, (xpath('/row/c/text()', query_to_xml(format('SELECT md5(coalesce(string_agg(t::text, '','' ORDER BY t::text), '''')) AS c FROM %I.%I t', n.nspname, c.relname), false, true, '')))[1]::text), ' ' ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = 'public'`
+
+// TestRealNode runs the Database on real pods. The scenarios share one
+// medium Database (orders in shop-real) and run in order.
+func TestRealNode(t *testing.T) {
+	s := env
+	s.realNode(t)
+	const ns, db, app = "shop-real", "orders", "app"
+	s.realNamespace(t, ns)
+	var d database
+	ok := s.step(t, "Medium", func(t *testing.T) {
+		d = s.create(t, realDatabase(t, ns, db, "medium", map[string]any{"backup.enabled": true, "backup.schedule": "*/1 * * * *"}))
+		u := s.waitRealReady(t, d)
+		t.Logf("Ready: %s", conditionsString(u))
+		pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",app.kubernetes.io/name=postgresql"})
+		if err != nil || len(pods.Items) != 2 {
+			t.Fatalf("want 2 database pods: %v %v", err, s.podsState(ns, db))
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName != realNodeName || p.Status.Phase != corev1.PodRunning || !podReady(p) {
+				t.Errorf("pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(p))
+			}
+		}
+		s.clientPod(t, ns, app, db)
+		// The Secret's uri connects, as the app user.
+		if who := s.mustSQL(t, ns, app, "", "SELECT current_user || '@' || current_database()"); who != "orders@orders" {
+			t.Errorf("uri connects as %q, want orders@orders", who)
+		}
+		// Ready only once the standby streams: the primary says so now.
+		if st := s.mustSQL(t, ns, app, podDNS(db, 1, ns), "SELECT pg_is_in_recovery()"); st != "t" {
+			t.Errorf("%s in recovery = %q, want t (a standby)", podDNS(db, 1, ns), st)
+		}
+		s.mustSQL(t, ns, app, "", "CREATE TABLE items (id int PRIMARY KEY, note text)")
+		t0 := time.Now()
+		s.mustSQL(t, ns, app, svc(db, ns), "INSERT INTO items SELECT g, 'row ' || g FROM generate_series(1, 1000) g")
+		// Through the standby's DNS name, and through N-r (both instances).
+		s.eventuallySQL(t, 30*time.Second, ns, app, podDNS(db, 1, ns), "SELECT count(*) FROM items", "1000")
+		t.Logf("a write through %s read on the standby after %s", svc(db, ns), time.Since(t0).Round(time.Millisecond))
+		s.eventuallySQL(t, 30*time.Second, ns, app, svc(db+"-r", ns), "SELECT count(*) FROM items", "1000")
+		if _, err := s.sql(ns, app, podDNS(db, 1, ns), "INSERT INTO items VALUES (0, 'x')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("a write on the standby: %v, want a read-only error", err)
+		}
+	})
+	if !ok {
+		return
+	}
+	s.step(t, "NetworkPolicy", func(t *testing.T) {
+		const other = "elsewhere-real"
+		s.realNamespace(t, other)
+		s.clientPod(t, other, "intruder", db)
+		// No Secret there: the intruder tries the app's credentials it
+		// somehow learned; the connection itself must not get through.
+		pw := s.password(t, ns, db)
+		_, err := s.exec(other, "intruder", "bash", "-c", fmt.Sprintf(`PGPASSWORD=%q exec psql "host=%s user=orders dbname=orders connect_timeout=5" -X -A -t -c 'SELECT 1'`, pw, svc(db, ns)))
+		if err == nil {
+			t.Fatalf("a pod in namespace %s connected to %s: the NetworkPolicy is not enforced", other, svc(db, ns))
+		}
+		if !strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "timed out") {
+			t.Errorf("the intruder's connection failed, but not by a timeout (dropped packets): %v", err)
+		}
+		// The app in the Database's namespace still connects.
+		if got := s.mustSQL(t, ns, app, "", "SELECT count(*) FROM items"); got != "1000" {
+			t.Errorf("app reads %s rows, want 1000", got)
+		}
+		_ = s.k.cs.CoreV1().Namespaces().Delete(context.Background(), other, metav1.DeleteOptions{})
+	})
+	s.step(t, "Backup", func(t *testing.T) {
+		// The CronJob runs every minute here; BackupHealthy turns True from
+		// the Job's real status, and the dump is on the backup volume.
+		var u *unstructured.Unstructured
+		eventually(t, 4*time.Minute, "BackupHealthy=True", func() (bool, string) {
+			u = d.get(t)
+			c := getCondition(u, "BackupHealthy")
+			return c.Status == "True", conditionsString(u) + "; jobs: " + s.jobsState(ns)
+		})
+		t.Logf("BackupHealthy: %s (lastSuccessfulTime %s)", getCondition(u, "BackupHealthy").Message, str(u, "status", "backup", "lastSuccessfulTime"))
+		dumps := s.backupFiles(t, ns, "backups-"+db+"-0")
+		if len(dumps) == 0 {
+			t.Fatalf("no dump on the backup volume")
+		}
+		t.Logf("backup volume: %s", strings.Join(dumps, ", "))
+		// Back to a nightly schedule: no more Jobs for the rest of the run.
+		u = d.patch(t, `{"spec":{"backup":{"schedule":"0 2 * * *"}}}`)
+		s.waitSynced(t, d, u.GetGeneration())
+	})
+	s.step(t, "Restore", func(t *testing.T) {
+		want := s.mustSQL(t, ns, app, "", checksums)
+		c := s.create(t, realDatabase(t, ns, "orders-copy", "small", map[string]any{"restoreFrom": map[string]any{"database": db, "backup": "latest"}, "backup.enabled": false}))
+		defer func() { _ = s.k.delete(context.Background(), c.gvk, c.ns, c.name) }()
+		eventually(t, realReady, "orders-copy Restored=True", func() (bool, string) {
+			u := c.get(t)
+			return getCondition(u, "Restored").Status == "True", conditionsString(u) + "; jobs: " + s.jobsState(ns) + "; " + s.podsState(ns, "orders-copy")
+		})
+		s.clientPod(t, ns, "app-copy", "orders-copy")
+		if got := s.mustSQL(t, ns, "app-copy", "", checksums); got != want {
+			t.Errorf("restored checksums differ:\n got %s\nwant %s", got, want)
+		}
+	})
+	s.step(t, "PrimaryPodDeleted", func(t *testing.T) {
+		before := s.mustSQL(t, ns, app, "", checksums)
+		p0, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), db+"-0", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, realReady, db+"-0 back and Ready", func() (bool, string) {
+			p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.UID != p0.UID && podReady(p), s.podsState(ns, db)
+		})
+		if got := s.mustSQL(t, ns, app, "", checksums); got != before {
+			t.Errorf("data changed across the primary's restart:\n got %s\nwant %s", got, before)
+		}
+		if log := s.podLog(ns, db+"-0", "postgres"); strings.Contains(log, "initdb") || strings.Contains(log, "creating directory") {
+			t.Errorf("the primary ran initdb after its pod was deleted:\n%s", log)
+		}
+		s.mustSQL(t, ns, app, "", "INSERT INTO items VALUES (1001, 'after restart')")
+		s.eventuallySQL(t, 90*time.Second, ns, app, podDNS(db, 1, ns), "SELECT count(*) FROM items", "1001")
+	})
+	s.step(t, "SizeChange", func(t *testing.T) {
+		// large (3 instances, max_connections 400) → medium (2, 200) →
+		// large: standbys must match the primary's max_connections, so a
+		// careless roll leaves them crash-looping for good.
+		want := 1001
+		for _, step := range []struct {
+			size     string
+			replicas int
+		}{{"large", 3}, {"medium", 2}, {"large", 3}} {
+			u := d.patch(t, fmt.Sprintf(`{"spec":{"size":%q}}`, step.size))
+			s.waitSynced(t, d, u.GetGeneration())
+			eventually(t, realReady, fmt.Sprintf("%s rolled to %s", db, step.size), func() (bool, string) {
+				sts := s.statefulSet(t, ns, db)
+				st := sts.Status
+				done := sts.Generation == st.ObservedGeneration && st.UpdateRevision == st.CurrentRevision &&
+					int(st.ReadyReplicas) == step.replicas && int(st.UpdatedReplicas) == step.replicas && int(ptrInt(sts.Spec.Replicas)) == step.replicas
+				return done, s.podsState(ns, db)
+			})
+			want++
+			s.mustSQL(t, ns, app, "", fmt.Sprintf("INSERT INTO items VALUES (%d, 'size %s')", want, step.size))
+			for i := 1; i < step.replicas; i++ {
+				s.eventuallySQL(t, 2*time.Minute, ns, app, podDNS(db, i, ns), "SELECT count(*) FROM items", strconv.Itoa(want))
+			}
+			t.Logf("%s: every standby streams (%d rows)", step.size, want)
+		}
+		u := d.patch(t, `{"spec":{"size":"medium"}}`)
+		s.waitSynced(t, d, u.GetGeneration())
+		s.waitRealReady(t, d)
+	})
+	s.step(t, "MinorRoll", func(t *testing.T) {
+		before := s.mustSQL(t, ns, app, "", checksums)
+		u := d.patch(t, `{"spec":{"version":"15.1"}}`)
+		s.waitSynced(t, d, u.GetGeneration())
+		// One pod at a time: never both instances down at once.
+		var maxDown int
+		eventually(t, realReady, db+" on "+postgresMinor, func() (bool, string) {
+			sts := s.statefulSet(t, ns, db)
+			if down := int(ptrInt(sts.Spec.Replicas)) - int(sts.Status.ReadyReplicas); down > maxDown {
+				maxDown = down
+			}
+			img := ""
+			if c := container(sts, "postgres"); c != nil {
+				img = c.Image
+			}
+			st := sts.Status
+			return img == postgresMinor && st.UpdateRevision == st.CurrentRevision && st.ReadyReplicas == 2 && st.UpdatedReplicas == 2, img + "; " + s.podsState(ns, db)
+		})
+		if maxDown > 1 {
+			t.Errorf("%d instances were down at once during the roll", maxDown)
+		}
+		if got := s.mustSQL(t, ns, app, "", checksums); got != before {
+			t.Errorf("data changed across the minor roll")
+		}
+		s.waitRealReady(t, d)
+	})
+	s.step(t, "PasswordChange", func(t *testing.T) {
+		old := s.password(t, ns, db)
+		const nw = "a-new-password-set-by-the-app-team-0123"
+		sec, err := s.k.cs.CoreV1().Secrets(ns).Get(context.Background(), db+"-credentials", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec.Data["password"] = []byte(nw)
+		if _, err := s.k.cs.CoreV1().Secrets(ns).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		try := func(pw string) error {
+			_, err := s.exec(ns, app, "bash", "-c", fmt.Sprintf(`PGPASSWORD=%q exec psql "host=%s" -X -A -t -c 'SELECT 1'`, pw, svc(db, ns)))
+			return err
+		}
+		t0 := time.Now()
+		eventually(t, 2*time.Minute, "the new password works", func() (bool, string) {
+			err := try(nw)
+			return err == nil, fmt.Sprint(err)
+		})
+		t.Logf("new password accepted after %s", time.Since(t0).Round(time.Second))
+		if err := try(old); err == nil || !strings.Contains(err.Error(), "password authentication failed") {
+			t.Errorf("the old password: %v, want refused", err)
+		}
+		if got := s.secretKey(t, ns, db+"-credentials", "uri"); !strings.Contains(got, nw) {
+			t.Errorf("the Secret's uri does not carry the new password")
+		}
+	})
+	s.step(t, "DeleteRetainRecreate", func(t *testing.T) {
+		// Under Retain the volumes outlive the Database; the same name
+		// created again finds its data, and its new credentials work.
+		before := s.mustSQL(t, ns, app, "", checksums)
+		if err := s.k.delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
+			t.Fatal(err)
+		}
+		s.waitGone(t, ns, []obj{{gvkStatefulSet, db}, {gvkSecret, db + "-credentials"}}, 3*time.Minute)
+		eventually(t, 2*time.Minute, "database pods gone", func() (bool, string) {
+			pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",app.kubernetes.io/name=postgresql"})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(pods.Items) == 0, fmt.Sprintf("%d pods left", len(pods.Items))
+		})
+		for _, pvc := range []string{"data-" + db + "-0", "data-" + db + "-1", "backups-" + db + "-0"} {
+			if _, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), pvc, metav1.GetOptions{}); err != nil {
+				t.Errorf("claim %s under Retain: %v", pvc, err)
+			}
+		}
+		d = s.create(t, realDatabase(t, ns, db, "medium", map[string]any{"backup.enabled": true}))
+		s.waitRealReady(t, d)
+		// The app pod reads its password at start: a new pod, as a restarted app.
+		_ = s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), app, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		eventually(t, time.Minute, "old app pod gone", func() (bool, string) {
+			_, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), app, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		s.clientPod(t, ns, app, db)
+		eventually(t, 2*time.Minute, "the re-created Database's credentials work on the kept data", func() (bool, string) {
+			out, err := s.sql(ns, app, "", checksums)
+			if err != nil {
+				return false, err.Error()
+			}
+			return out == before, "checksums " + out
+		})
+		s.mustSQL(t, ns, app, "", "INSERT INTO items VALUES (5000, 'after re-create')")
+		s.eventuallySQL(t, 2*time.Minute, ns, app, podDNS(db, 1, ns), "SELECT count(*) FROM items WHERE id = 5000", "1")
+	})
+}
+
+// secretKey reads one key of a Secret.
+func (s *suite) secretKey(t *testing.T, ns, secret, key string) string {
+	t.Helper()
+	sec, err := s.k.cs.CoreV1().Secrets(ns).Get(context.Background(), secret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(sec.Data[key])
+}
+
+func (s *suite) jobsState(ns string) string {
+	jobs, err := s.k.cs.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, j := range jobs.Items {
+		out = append(out, fmt.Sprintf("%s active=%d succeeded=%d failed=%d", j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed))
+	}
+	return strings.Join(out, ", ")
+}
+
+// backupFiles lists the files on a backup claim's volume (a folder on this
+// machine, see the provisioner).
+func (s *suite) backupFiles(t *testing.T, ns, claim string) []string {
+	t.Helper()
+	pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := s.k.cs.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.HostPath == nil {
+		t.Fatalf("volume of %s: %v", claim, err)
+	}
+	var files []string
+	_ = filepath.Walk(pv.Spec.HostPath.Path, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			rel, _ := filepath.Rel(pv.Spec.HostPath.Path, p)
+			files = append(files, fmt.Sprintf("%s (%d B)", rel, info.Size()))
+		}
+		return nil
+	})
+	return files
+}
+
+// podLog reads a container's current log through the API server.
+func (s *suite) podLog(ns, pod, container string) string {
+	b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		return "(log: " + err.Error() + ")"
+	}
+	return string(b)
+}
