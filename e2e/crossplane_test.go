@@ -45,6 +45,7 @@ type crossplane struct {
 	dir   string
 	cl    *cluster
 	core  *proc
+	rbac  *proc // the RBAC manager
 	fn    *proc
 	fnBin string
 
@@ -55,7 +56,7 @@ type crossplane struct {
 
 func (x *crossplane) procs() []*proc {
 	var out []*proc
-	for _, p := range []*proc{x.core, x.fn} {
+	for _, p := range []*proc{x.core, x.rbac, x.fn} {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -69,13 +70,17 @@ func (x *crossplane) stop() {
 	if x.core != nil {
 		x.core.stop(15 * time.Second)
 	}
+	if x.rbac != nil {
+		x.rbac.stop(5 * time.Second)
+	}
 	if x.fn != nil {
 		x.fn.stop(5 * time.Second)
 	}
 }
 
-// coreCRDs finds core's CRDs in its module (the version of the built binary).
-func coreCRDs(ctx context.Context, logDir, coreBin string) (string, error) {
+// coreModule finds the crossplane module of the built core binary's version:
+// its CRDs and Helm chart.
+func coreModule(ctx context.Context, logDir, coreBin string) (string, error) {
 	target, err := os.Readlink(coreBin)
 	if err != nil {
 		target = coreBin
@@ -92,11 +97,12 @@ func coreCRDs(ctx context.Context, logDir, coreBin string) (string, error) {
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(m.Dir, "cluster", "crds")
-	if !fileExists(dir) {
-		return "", fmt.Errorf("no %s", dir)
+	for _, d := range []string{"crds", "charts/crossplane/templates"} {
+		if dir := filepath.Join(m.Dir, "cluster", d); !fileExists(dir) {
+			return "", fmt.Errorf("no %s", dir)
+		}
 	}
-	return dir, nil
+	return m.Dir, nil
 }
 
 func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBin, root string, logf func(string, ...any)) (*crossplane, error) {
@@ -105,18 +111,41 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	if err := os.MkdirAll(x.dir, 0o755); err != nil {
 		return x, err
 	}
-	crds, err := coreCRDs(ctx, filepath.Join(dir, "logs"), coreBin)
+	module, err := coreModule(ctx, filepath.Join(dir, "logs"), coreBin)
 	if err != nil {
 		return x, err
 	}
+	crds := filepath.Join(module, "cluster", "crds")
 	cs := cl.kube.cs
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: xpNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return x, err
 	}
+
+	// Core's identity: the chart's ServiceAccount and roles. Its own rules
+	// reach it only through the aggregated `crossplane` ClusterRole, once
+	// kube-controller-manager has aggregated them: wait for that.
+	rbacObjs, err := renderChartRBAC(module, xpNamespace)
+	if err != nil {
+		return x, err
+	}
+	for _, o := range rbacObjs {
+		if _, err := cl.kube.apply(ctx, o); err != nil {
+			return x, fmt.Errorf("apply chart %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if err := cl.kube.waitAllowed(ctx, 60*time.Second, coreSA, true,
+		access{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}); err != nil {
+		return x, fmt.Errorf("the chart's ClusterRoles never reached core: %w", err)
+	}
+	kcfg, err := x.serviceAccountKubeconfig(ctx, coreSA)
+	if err != nil {
+		return x, err
+	}
+	logf("Crossplane chart RBAC applied (%d objects); core runs as ServiceAccount %s/%s (%s)", len(rbacObjs), xpNamespace, coreSA, time.Since(t0).Round(time.Millisecond))
 	env := []string{
-		"KUBECONFIG=" + cl.kcfg,
+		"KUBECONFIG=" + kcfg,
 		"POD_NAMESPACE=" + xpNamespace,
-		"POD_SERVICE_ACCOUNT=crossplane",
+		"POD_SERVICE_ACCOUNT=" + coreSA,
 	}
 
 	// core init: CRDs and the TLS secrets. Its first try on a fresh API
@@ -142,6 +171,10 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		return x, fmt.Errorf("crossplane core init: %w\n%s", initErr, tailFile(initLog, 20))
 	}
 	logf("crossplane core init done (%s)", time.Since(t0).Round(time.Millisecond))
+	if err := x.startRBACManager(ctx, dir, coreBin); err != nil {
+		return x, err
+	}
+	logf("crossplane RBAC manager started as ServiceAccount %s/%s (%s)", xpNamespace, rbacSA, time.Since(t0).Round(time.Millisecond))
 
 	// Crossplane's client certificate, for core start, and its CA, which
 	// signs the function's server certificate.

@@ -318,9 +318,11 @@ func requireOrders(t *testing.T) {
 }
 
 // TestDatabase runs the scenarios in order: they share the control plane and
-// the example Database.
+// the example Database. Permissions goes first: it takes core's access to
+// the composed kinds away for a moment, which no other Database must feel.
 func TestDatabase(t *testing.T) {
 	s := env
+	s.step(t, "Permissions", s.testPermissions)
 	s.step(t, "Compose", s.testCompose)
 	s.step(t, "NoChurn", s.testNoChurn)
 	s.step(t, "PasswordStable", s.testPasswordStable)
@@ -330,6 +332,101 @@ func TestDatabase(t *testing.T) {
 	s.step(t, "InvalidSpecs", s.testInvalid)
 	s.step(t, "LegacyClaim", s.testLegacyClaim)
 	s.step(t, "Delete", s.testDelete)
+}
+
+// Permissions: Crossplane core runs on its own ServiceAccount's permissions
+// (the chart's ClusterRoles, the RBAC manager's for the XRD, and
+// example/rbac.yaml, which setup applied). Without the project's ClusterRole
+// core reports "forbidden" for the Database and creates no StatefulSet; once
+// the ClusterRole is back, core composes it with no other nudge.
+//
+// Core v2.3.4 reports it as Warning events on the Database, not as a Synced
+// condition: the status write of its failed reconcile loses a conflict with
+// its own resource-reference patch, and its next reconcile waits (up to its
+// 2-minute timeout) for a watch on the kind it may not list. The role goes
+// back as soon as the event is there, so that watch's backoff stays short.
+func (s *suite) testPermissions(t *testing.T) {
+	ctx := context.Background()
+	role, err := s.coreRole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := "permissions"
+	s.ensureNamespace(t, ns)
+	granted, err := ruleAccesses(role, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kinds only this role grants core. Secrets, ConfigMaps and Services
+	// stay allowed without it: the chart's own role grants them to core.
+	var onlyOurs []access
+	for _, a := range granted {
+		if a.Group != "" {
+			onlyOurs = append(onlyOurs, a)
+		}
+	}
+	// Every later scenario needs the role: put it back whatever happens.
+	t.Cleanup(func() {
+		if err := s.applyCoreRole(ctx); err != nil {
+			t.Errorf("restore ClusterRole %s: %v", role.GetName(), err)
+		}
+	})
+	if err := s.k.delete(ctx, role.GroupVersionKind(), "", role.GetName()); err != nil {
+		t.Fatalf("delete ClusterRole %s: %v", role.GetName(), err)
+	}
+	if err := s.k.waitAllowed(ctx, 30*time.Second, coreSA, false, onlyOurs...); err != nil {
+		t.Fatalf("ClusterRole %s deleted, but core keeps its access: %v", role.GetName(), err)
+	}
+	t.Logf("ClusterRole %s deleted: core may no longer do %d things it granted", role.GetName(), len(onlyOurs))
+
+	xr := exampleXR(t)
+	xr.SetNamespace(ns)
+	d := s.create(t, xr)
+	user := "system:serviceaccount:" + xpNamespace + ":" + coreSA
+	var forbidden []string
+	eventually(t, syncWait, d.String()+` Warning event "forbidden" naming core's ServiceAccount`, func() (bool, string) {
+		forbidden = forbidden[:0]
+		evs, err := s.k.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + d.name + ",involvedObject.kind=" + d.gvk.Kind})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Message)
+			// Core names its own identity: the ServiceAccount, not an admin.
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "forbidden") && strings.Contains(e.Message, user) {
+				forbidden = append(forbidden, e.Reason+": "+e.Message)
+			}
+		}
+		return len(forbidden) > 0, fmt.Sprintf("events: %q", seen)
+	})
+	t.Logf("without the ClusterRole, core reports: %s", strings.Join(forbidden, "; "))
+	if c := getCondition(d.get(t), "Synced"); c.Status == "True" {
+		t.Errorf("%s is Synced without the ClusterRole: %s", d, c.Message)
+	}
+	if _, err := s.getObj(ns, obj{gvkStatefulSet, d.name}); !apierrors.IsNotFound(err) {
+		t.Errorf("StatefulSet %s/%s: want NotFound without the ClusterRole, got %v", ns, d.name, err)
+	}
+
+	t0 := time.Now()
+	if err := s.applyCoreRole(ctx); err != nil {
+		t.Fatalf("re-apply ClusterRole %s: %v", role.GetName(), err)
+	}
+	s.waitSynced(t, d, d.get(t).GetGeneration())
+	sts := s.statefulSet(t, ns, d.name)
+	backup, _, _ := unstructured.NestedBool(xr.Object, "spec", "backup", "enabled")
+	s.waitExists(t, ns, composed(d.name, int64(ptrInt(sts.Spec.Replicas)), backup))
+	t.Logf("with the ClusterRole: Synced=True and every composed object there %s after re-applying it", time.Since(t0).Round(time.Millisecond))
+	// Ready: core watches and reads the composed StatefulSet's status.
+	s.waitReady(t, d)
+
+	if err := s.k.delete(ctx, d.gvk, d.ns, d.name); err != nil {
+		t.Fatalf("delete %s: %v", d, err)
+	}
+	eventually(t, deleteWait, d.String()+" gone", func() (bool, string) {
+		_, err := s.k.get(ctx, d.gvk, d.ns, d.name)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }
 
 // Compose: the medium Database of example/xr.yaml gets its whole stack in its

@@ -11,6 +11,12 @@
 // Environment: E2E_KEEP=1 keeps the temporary folder (logs, PKI, etcd data)
 // even when the suite passes; E2E_SKIP_TOOLS=1 skips calling the tool scripts
 // (binaries must already be in the cache); E2E_EXAMPLES=DIR uses another
-// folder laid out like example/ (xrd.yaml, composition.yaml, xr.yaml,
-// legacy/{xrd,composition,claim}.yaml).
+// folder laid out like example/ (rbac.yaml, xrd.yaml, composition.yaml,
+// xr.yaml, legacy/{xrd,composition,claim}.yaml).
+//
+// Crossplane core and its RBAC manager run as the ServiceAccounts of
+// Crossplane's Helm chart (tokens from the TokenRequest API), with the
+// ServiceAccounts, ClusterRoles and ClusterRoleBindings rendered from the
+// chart in the crossplane module of the core binary's version, plus
+// example/rbac.yaml: never as system:masters.
 package e2e

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -179,11 +180,15 @@ func (s *suite) example(parts ...string) string {
 	return filepath.Join(append([]string{dir}, parts...)...)
 }
 
-// applyExamples applies the v2 XRD and Composition of the examples (the
+// applyExamples applies the project's ClusterRole for core and the v2 XRD
+// and Composition of the examples, as the README's install steps do (the
 // legacy ones are applied by the LegacyClaim scenario, so that a problem
 // there fails only that scenario).
 func (s *suite) applyExamples(ctx context.Context) error {
 	t0 := time.Now()
+	if err := s.applyCoreRole(ctx); err != nil {
+		return err
+	}
 	xrds, err := s.applyFiles(ctx, s.example("xrd.yaml"), s.example("composition.yaml"))
 	if err != nil {
 		return err
@@ -201,8 +206,33 @@ func (s *suite) applyExamples(ctx context.Context) error {
 	return nil
 }
 
+// coreRole reads example/rbac.yaml: the ClusterRole that lets core compose a
+// Database.
+func (s *suite) coreRole() (*unstructured.Unstructured, error) {
+	return readObject(s.example("rbac.yaml"))
+}
+
+// applyCoreRole applies the project's ClusterRole and waits until core may do
+// all it grants, in every namespace (the aggregation into core's `crossplane`
+// ClusterRole is kube-controller-manager's, moments later).
+func (s *suite) applyCoreRole(ctx context.Context) error {
+	role, err := s.coreRole()
+	if err != nil {
+		return err
+	}
+	as, err := ruleAccesses(role, "")
+	if err != nil {
+		return err
+	}
+	if _, err := s.k.apply(ctx, role); err != nil {
+		return fmt.Errorf("apply ClusterRole %s: %w", role.GetName(), err)
+	}
+	return s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...)
+}
+
 // applyFiles applies every object of the files and waits until the XRDs
-// among them are Established (and Offered, when they offer a claim).
+// among them are Established (and Offered, when they offer a claim) and the
+// RBAC manager has let core manage their kinds.
 func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, error) {
 	var xrds []string
 	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
@@ -243,8 +273,37 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 		if err != nil {
 			return nil, err
 		}
+		if err := s.waitXRDRoles(wctx, name); err != nil {
+			return nil, err
+		}
 	}
 	return xrds, nil
+}
+
+// waitXRDRoles waits until core may manage the XRD's kinds: the RBAC
+// manager's ClusterRole for it, aggregated to core's.
+func (s *suite) waitXRDRoles(ctx context.Context, name string) error {
+	x, err := s.k.get(ctx, gvkXRD, "", name)
+	if err != nil {
+		return err
+	}
+	group, _, _ := unstructured.NestedString(x.Object, "spec", "group")
+	var as []access
+	for _, names := range []string{"names", "claimNames"} {
+		if plural, _, _ := unstructured.NestedString(x.Object, "spec", names, "plural"); plural != "" {
+			as = append(as, access{Verb: "update", Group: group, Resource: plural})
+		}
+	}
+	if err := s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...); err != nil {
+		msg := fmt.Sprintf("XRD %s: the RBAC manager's roles never reached core: %v", name, err)
+		if p := s.xp.rbac; p != nil {
+			if ended, perr := p.exited(); ended {
+				msg += fmt.Sprintf("\nthe RBAC manager exited (%v):\n%s", perr, p.tail(20))
+			}
+		}
+		return errors.New(msg)
+	}
+	return nil
 }
 
 func (s *suite) procs() []*proc {

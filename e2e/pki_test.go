@@ -213,7 +213,19 @@ func newPKI(dir string) (*pki, error) {
 
 // kubeconfig writes an admin kubeconfig for the API server at host.
 func (p *pki) kubeconfig(host string) (string, error) {
-	path := filepath.Join(p.dir, "admin.kubeconfig")
+	return p.writeKubeconfig("admin", host, fmt.Sprintf("client-certificate: %s\n    client-key: %s", p.adminCrt, p.adminKey))
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates with a bearer token
+// (a ServiceAccount's, from the TokenRequest API), as a pod's would.
+func (p *pki) tokenKubeconfig(name, host, token string) (string, error) {
+	return p.writeKubeconfig(name, host, "token: "+token)
+}
+
+// writeKubeconfig writes <dir>/<name>.kubeconfig; user is the user entry's
+// fields, indented to sit under "user:".
+func (p *pki) writeKubeconfig(name, host, user string) (string, error) {
+	path := filepath.Join(p.dir, name+".kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -222,16 +234,15 @@ clusters:
     server: %s
     certificate-authority: %s
 users:
-- name: admin
+- name: %s
   user:
-    client-certificate: %s
-    client-key: %s
+    %s
 contexts:
 - name: e2e
   context:
     cluster: e2e
-    user: admin
+    user: %s
 current-context: e2e
-`, host, p.caCrt, p.adminCrt, p.adminKey)
+`, host, p.caCrt, name, user, name)
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }
