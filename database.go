@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/robfig/cron/v3"
@@ -26,9 +25,6 @@ const (
 	// a controller-revision-hash label "N-<10 chars>" (63 max) and CronJob
 	// names are limited to 52 characters, so "N-backup" caps N at 45.
 	maxNameLength = 45
-
-	minMajor = 14
-	maxMajor = 18
 
 	defaultSchedule  = "0 2 * * *"
 	defaultRetention = 7
@@ -361,21 +357,6 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		db.RestoreFrom = &rs
 	}
 	return errs
-}
-
-func parseVersion(p *field.Path, s string) (pgVersion, *field.Error) {
-	if s == "" {
-		return pgVersion{}, field.Required(p, fmt.Sprintf("a PostgreSQL major (%d to %d) or major.minor, e.g. \"16\" or \"16.4\"", minMajor, maxMajor))
-	}
-	m := versionPattern.FindStringSubmatch(s)
-	if m == nil {
-		return pgVersion{}, field.Invalid(p, s, "must be a PostgreSQL major or major.minor, e.g. \"16\" or \"16.4\"")
-	}
-	major, err := strconv.Atoi(m[1])
-	if err != nil || major < minMajor || major > maxMajor {
-		return pgVersion{}, field.NotSupported(p, s, []string{"14", "15", "16", "17", "18"})
-	}
-	return pgVersion{Major: major, Tag: s}, nil
 }
 
 // cronParser accepts what a Kubernetes CronJob accepts: five fields or a

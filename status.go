@@ -106,7 +106,7 @@ func phase(p *plan, o *observed, stsReady bool) string {
 }
 
 func conditions(db *database, p *plan, o *observed) []condition {
-	out := []condition{backupCondition(db, o.Backup), specApplied(p)}
+	out := []condition{backupCondition(db, o.Backup), specApplied(p), versionCondition(p)}
 	if db.RestoreFrom != nil && p.Restore {
 		out = append(out, restoreCondition(db, o.Restore))
 	}
