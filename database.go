@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/robfig/cron/v3"
@@ -55,6 +56,12 @@ type databaseSpec struct {
 	Backup         *backupSpec  `json:"backup,omitempty"`
 	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
 	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
+
+	// BackupEnabled and BackupSchedule are the original Database CRD's
+	// spellings of backup.enabled and backup.schedule (issue 16), kept so
+	// that its manifests keep their backups; deprecated.
+	BackupEnabled  *bool   `json:"backup_enabled,omitempty"`
+	BackupSchedule *string `json:"backup_schedule,omitempty"`
 }
 
 type storageSpec struct {
@@ -63,7 +70,7 @@ type storageSpec struct {
 }
 
 type backupSpec struct {
-	Enabled   bool   `json:"enabled,omitempty"`
+	Enabled   *bool  `json:"enabled,omitempty"`
 	Schedule  string `json:"schedule,omitempty"`
 	Retention *int64 `json:"retention,omitempty"`
 	Storage   string `json:"storage,omitempty"`
@@ -92,6 +99,9 @@ type database struct {
 	// that it is a plain SQL identifier needing no quotes in clients.
 	SQLName string
 	Legacy  bool
+	// Deprecated lists the deprecated spellings the spec uses, each with
+	// the field to move to, for the SpecApplied condition.
+	Deprecated []deprecatedField
 
 	Version          pgVersion
 	Size             string
@@ -106,6 +116,13 @@ type database struct {
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
+}
+
+// deprecatedField is a field of the spec set under its deprecated name.
+type deprecatedField struct {
+	Old, New string
+	// Value is the value as the new field would hold it, in YAML.
+	Value string
 }
 
 type backup struct {
@@ -308,24 +325,47 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 	}
 
 	db.Backup = backup{Schedule: defaultSchedule, Retention: defaultRetention, Storage: t.BackupStorage}
-	if b := s.Backup; b != nil {
-		bp := spec.Child("backup")
-		db.Backup.Enabled = b.Enabled
-		if b.Schedule != "" {
-			errs = append(errs, validateSchedule(bp.Child("schedule"), b.Schedule)...)
-			db.Backup.Schedule = b.Schedule
+	b := s.Backup
+	if b == nil {
+		b = &backupSpec{}
+	}
+	bp := spec.Child("backup")
+	enabled, e := mergeDeprecated(spec.Child("backup_enabled"), s.BackupEnabled, bp.Child("enabled"), b.Enabled)
+	errs = append(errs, e...)
+	if enabled != nil {
+		db.Backup.Enabled = *enabled
+	}
+	if s.BackupEnabled != nil {
+		db.Deprecated = append(db.Deprecated, deprecatedField{"spec.backup_enabled", "spec.backup.enabled", strconv.FormatBool(*s.BackupEnabled)})
+	}
+	flatSchedule := s.BackupSchedule
+	if flatSchedule != nil {
+		flatSchedule = ptrNonEmpty(*flatSchedule) // "" means unset, as in spec.backup.schedule
+	}
+	schedule, e := mergeDeprecated(spec.Child("backup_schedule"), flatSchedule, bp.Child("schedule"), ptrNonEmpty(b.Schedule))
+	errs = append(errs, e...)
+	if schedule != nil {
+		// Report a bad schedule where the user wrote it.
+		p := bp.Child("schedule")
+		if b.Schedule == "" {
+			p = spec.Child("backup_schedule")
 		}
-		if b.Retention != nil {
-			if *b.Retention < 1 || *b.Retention > maxRetention {
-				errs = append(errs, field.Invalid(bp.Child("retention"), *b.Retention, fmt.Sprintf("must be between 1 and %d (backups kept)", maxRetention)))
-			}
-			db.Backup.Retention = *b.Retention
+		errs = append(errs, validateSchedule(p, *schedule)...)
+		db.Backup.Schedule = *schedule
+	}
+	if flatSchedule != nil {
+		db.Deprecated = append(db.Deprecated, deprecatedField{"spec.backup_schedule", "spec.backup.schedule", strconv.Quote(*flatSchedule)})
+	}
+	if b.Retention != nil {
+		if *b.Retention < 1 || *b.Retention > maxRetention {
+			errs = append(errs, field.Invalid(bp.Child("retention"), *b.Retention, fmt.Sprintf("must be between 1 and %d (backups kept)", maxRetention)))
 		}
-		if b.Storage != "" {
-			q, e := volumeQuantity(bp.Child("storage"), b.Storage)
-			errs = append(errs, e...)
-			db.Backup.Storage = q
-		}
+		db.Backup.Retention = *b.Retention
+	}
+	if b.Storage != "" {
+		q, e := volumeQuantity(bp.Child("storage"), b.Storage)
+		errs = append(errs, e...)
+		db.Backup.Storage = q
 	}
 
 	db.DeletionPolicy = deletionRetain
@@ -357,6 +397,30 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		db.RestoreFrom = &rs
 	}
 	return errs
+}
+
+// mergeDeprecated resolves a field that has a deprecated spelling: the two
+// are one field, so setting both to different values is an error naming
+// both (the XRD refuses it at admission too; this guards requests that did
+// not pass through it, e.g. crossplane render). A value under the deprecated
+// name is recorded for the SpecApplied condition. Absent both, nil: the
+// caller's default applies, the same for either spelling.
+func mergeDeprecated[T comparable](oldPath *field.Path, old *T, newPath *field.Path, cur *T) (*T, field.ErrorList) {
+	switch {
+	case old == nil:
+		return cur, nil
+	case cur != nil && *cur != *old:
+		return nil, field.ErrorList{field.Invalid(oldPath, *old, fmt.Sprintf(
+			"differs from %s (%#v); %s is the deprecated spelling of %s: set only %s", newPath, *cur, oldPath, newPath, newPath))}
+	}
+	return old, nil
+}
+
+func ptrNonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // cronParser accepts what a Kubernetes CronJob accepts: five fields or a

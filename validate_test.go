@@ -48,6 +48,7 @@ func TestBadInput(t *testing.T) {
 		"CronSixFields":     {reason: "a seconds field", xr: xr(`{version: "16", size: small, backup: {enabled: true, schedule: "0 0 2 * * *"}}`), want: []string{"spec.backup.schedule"}},
 		"CronTimeZone":      {reason: "a time zone in the schedule", xr: xr(`{version: "16", size: small, backup: {enabled: true, schedule: "CRON_TZ=UTC 0 2 * * *"}}`), want: []string{"spec.backup.schedule", "time zone"}},
 		"CronEvery":         {reason: "@every is not a CronJob schedule", xr: xr(`{version: "16", size: small, backup: {enabled: true, schedule: "@every 1h"}}`), want: []string{"spec.backup.schedule", "@every"}},
+		"BackupSpellings":   {reason: "issue 16: both spellings of backup.enabled, different values", xr: xr(`{version: "16", size: small, backup_enabled: true, backup: {enabled: false}}`), want: []string{"spec.backup_enabled", "differs from spec.backup.enabled"}},
 		"NegativeRetention": {reason: "negative retention", xr: xr(`{version: "16", size: small, backup: {enabled: true, retention: -1}}`), want: []string{"spec.backup.retention", "between 1 and 1000"}},
 		"ZeroRetention":     {reason: "retention zero would prune every backup", xr: xr(`{version: "16", size: small, backup: {retention: 0}}`), want: []string{"spec.backup.retention"}},
 		"FractionRetention": {reason: "retention 2.5", xr: xr(`{version: "16", size: small, backup: {retention: 2.5}}`), want: []string{"spec.backup.retention", "must be an integer"}},
