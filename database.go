@@ -113,6 +113,7 @@ type database struct {
 	RestoreFrom      *restoreSpec
 
 	Image             string
+	Images            map[string]string
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
@@ -162,6 +163,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 	var errs field.ErrorList
 	db := &database{
 		Image:             cfg.Image,
+		Images:            cfg.Images,
 		ClusterDomain:     cfg.ClusterDomain,
 		NetworkPolicy:     cfg.NetworkPolicy,
 		AllowedNamespaces: cfg.AllowedNamespaces,

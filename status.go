@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,8 +84,12 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 		s.ConnectionSecret = credentialsName(db)
 	}
 	if sts := o.StatefulSet; sts != nil {
-		if _, img, ok := runningMajor(sts); ok {
-			s.Version = img[strings.LastIndex(img, ":")+1:]
+		if major, img, ok := runningMajor(sts); ok {
+			// The version the running image's tag names; the major for an
+			// image pinned by digest alone.
+			if s.Version = imageVersion(img); s.Version == "" {
+				s.Version = strconv.Itoa(major)
+			}
 		}
 		if sts.Spec.Replicas != nil {
 			s.Replicas = *sts.Spec.Replicas

@@ -88,6 +88,9 @@ func TestBadInput(t *testing.T) {
 		"InputBadSetting":   {reason: "a setting that would inject configuration", xr: validXR, input: input("tiers: {medium: {settings: {work_mem: \"4MB'\\nlisten_addresses = '*\"}}}\n"), want: []string{"input.tiers[medium].settings[work_mem]", "single-line"}},
 		"InputProtected":    {reason: "overriding a replication setting", xr: validXR, input: input("tiers: {medium: {settings: {wal_level: minimal}}}\n"), want: []string{"input.tiers[medium].settings[wal_level]", "managed by function-database"}},
 		"InputImageWithTag": {reason: "a floating image tag in the input", xr: validXR, input: input("image: postgres:latest\n"), want: []string{"input.image", "without tag"}},
+		"InputImagesNoTag":  {reason: "an images entry that floats", xr: validXR, input: input("images: {\"16\": registry.example.com/pg}\n"), want: []string{"input.images[16]", "must pin a tag or a digest"}},
+		"InputImagesMajor":  {reason: "an images entry of another major", xr: validXR, input: input("images: {\"16\": \"postgres:17.1\"}\n"), want: []string{"input.images[16]", "PostgreSQL 17, not 16"}},
+		"InputImagesKey":    {reason: "an images key that is no version", xr: validXR, input: input("images: {latest: \"postgres:16\"}\n"), want: []string{"input.images[latest]", "major.minor"}},
 		"InputBadNamespace": {reason: "an allowed namespace that is no name", xr: validXR, input: input("networkPolicy: {allowedNamespaces: [Monitoring]}\n"), want: []string{"input.networkPolicy.allowedNamespaces[0]"}},
 		"InputWrongType":    {reason: "replicas as a string", xr: validXR, input: input("tiers: {small: {replicas: one}}\n"), want: []string{"input", "cannot decode"}},
 	}
