@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // originalManifest is the manifest users of the original Database CRD have
@@ -42,7 +43,65 @@ var originalCommands = struct{ apply, getDatabase, getDB, patch, delete string }
 // patch of the size, and everything composed gone after delete (the volumes
 // stay: deletionPolicy defaults to Retain).
 func TestOriginal(t *testing.T) {
+	env.step(t, "Admission", env.testOriginalAdmission)
 	env.step(t, "ManifestAndCommands", env.testOriginal)
+}
+
+// Admission: the XRD takes the flat fields, refuses the two spellings with
+// different values naming both, and does not let a schema default make a
+// flat field conflict; versions that cannot exist are refused.
+func (s *suite) testOriginalAdmission(t *testing.T) {
+	ns := exampleXR(t).GetNamespace()
+	s.ensureNamespace(t, ns)
+	cases := []struct {
+		name string
+		set  map[string]any
+		want []string // empty: admitted
+	}{
+		{"flat fields", map[string]any{"backup_enabled": true, "backup_schedule": "0 2 * * *"}, nil},
+		{"both spellings agreeing", map[string]any{"backup_enabled": true, "backup.enabled": true, "backup_schedule": "@daily", "backup.schedule": "@daily"}, nil},
+		{"flat schedule beside a nested backup without one", map[string]any{"backup_schedule": "0 3 * * *", "backup.retention": int64(3)}, nil},
+		{"enabled in both spellings, differing", map[string]any{"backup_enabled": true, "backup.enabled": false}, []string{"spec.backup_enabled and spec.backup.enabled differ"}},
+		{"schedule in both spellings, differing", map[string]any{"backup_schedule": "0 3 * * *", "backup.schedule": "0 2 * * *"}, []string{"spec.backup_schedule and spec.backup.schedule differ"}},
+		{"flat schedule that is no cron", map[string]any{"backup_schedule": "nightly"}, []string{"spec.backup_schedule", "should match"}},
+		{"a major that does not exist yet", map[string]any{"version": "19"}, []string{"spec.version", "should match"}},
+		{"a minor that never will", map[string]any{"version": "16.99"}, []string{"spec.version", "should match"}},
+	}
+	for i, c := range cases {
+		// Only the case's fields beside version and size (example/xr.yaml
+		// sets spec.backup, which would speak too).
+		xr := newDatabase(t, fmt.Sprintf("admission-%d", i), nil)
+		if err := unstructured.SetNestedMap(xr.Object, map[string]any{"version": "16", "size": "small"}, "spec"); err != nil {
+			t.Fatal(err)
+		}
+		for path, v := range c.set {
+			if err := unstructured.SetNestedField(xr.Object, v, append([]string{"spec"}, strings.Split(path, ".")...)...); err != nil {
+				t.Fatalf("set spec.%s: %v", path, err)
+			}
+		}
+		cl, err := s.k.clientFor(xr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Create(context.Background(), xr, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case len(c.want) == 0 && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case len(c.want) == 0:
+			t.Logf("%s: admitted", c.name)
+		case err == nil:
+			t.Errorf("%s: admitted, want a refusal mentioning %q", c.name, c.want)
+		case !apierrors.IsInvalid(err):
+			t.Errorf("%s: want an Invalid error, got %v", c.name, err)
+		default:
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not mention %q", c.name, err, w)
+				}
+			}
+			t.Logf("%s: refused: %v", c.name, err)
+		}
+	}
 }
 
 func (s *suite) testOriginal(t *testing.T) {
