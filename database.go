@@ -326,6 +326,43 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		}
 	}
 
+	errs = append(errs, db.resolveBackup(spec, s, t)...)
+
+	db.DeletionPolicy = deletionRetain
+	switch s.DeletionPolicy {
+	case "", deletionRetain:
+	case deletionDelete:
+		db.DeletionPolicy = deletionDelete
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("deletionPolicy"), s.DeletionPolicy, []string{deletionRetain, deletionDelete}))
+	}
+
+	if r := s.RestoreFrom; r != nil {
+		rp := spec.Child("restoreFrom")
+		rs := *r
+		if rs.Backup == "" {
+			rs.Backup = restoreLatest
+		}
+		switch rs.Database {
+		case "":
+			errs = append(errs, field.Required(rp.Child("database"), "the name of a Database in the same namespace whose backups to restore"))
+		case db.Name:
+			errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
+		default:
+			errs = append(errs, validateName(rp.Child("database"), rs.Database)...)
+		}
+		if !backupPattern.MatchString(rs.Backup) {
+			errs = append(errs, field.Invalid(rp.Child("backup"), rs.Backup, "must be 'latest' or a backup file name (letters, digits, '.', '_', '-')"))
+		}
+		db.RestoreFrom = &rs
+	}
+	return errs
+}
+
+// resolveBackup resolves spec.backup, and the original CRD's flat
+// backup_enabled and backup_schedule, which are the same fields.
+func (db *database) resolveBackup(spec *field.Path, s *databaseSpec, t tier) field.ErrorList {
+	var errs field.ErrorList
 	db.Backup = backup{Schedule: defaultSchedule, Retention: defaultRetention, Storage: t.BackupStorage}
 	b := s.Backup
 	if b == nil {
@@ -368,35 +405,6 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		q, e := volumeQuantity(bp.Child("storage"), b.Storage)
 		errs = append(errs, e...)
 		db.Backup.Storage = q
-	}
-
-	db.DeletionPolicy = deletionRetain
-	switch s.DeletionPolicy {
-	case "", deletionRetain:
-	case deletionDelete:
-		db.DeletionPolicy = deletionDelete
-	default:
-		errs = append(errs, field.NotSupported(spec.Child("deletionPolicy"), s.DeletionPolicy, []string{deletionRetain, deletionDelete}))
-	}
-
-	if r := s.RestoreFrom; r != nil {
-		rp := spec.Child("restoreFrom")
-		rs := *r
-		if rs.Backup == "" {
-			rs.Backup = restoreLatest
-		}
-		switch rs.Database {
-		case "":
-			errs = append(errs, field.Required(rp.Child("database"), "the name of a Database in the same namespace whose backups to restore"))
-		case db.Name:
-			errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
-		default:
-			errs = append(errs, validateName(rp.Child("database"), rs.Database)...)
-		}
-		if !backupPattern.MatchString(rs.Backup) {
-			errs = append(errs, field.Invalid(rp.Child("backup"), rs.Backup, "must be 'latest' or a backup file name (letters, digits, '.', '_', '-')"))
-		}
-		db.RestoreFrom = &rs
 	}
 	return errs
 }
