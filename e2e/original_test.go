@@ -256,12 +256,24 @@ func (sh shell) run(t *testing.T, line string) string {
 	cmd := exec.CommandContext(ctx, "bash", "-c", line)
 	cmd.Dir = sh.dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+sh.kubeconfig)
-	out, err := cmd.CombinedOutput()
+	// Only stdout is the command's output: kubectl warns on stderr, e.g.
+	// that the short name db also matches the legacy XRD's claim once
+	// both XRDs are installed (it picks databases.example.com).
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("$ %s: %v\n%s", line, err, out)
+		t.Fatalf("$ %s: %v\n%s%s", line, err, out, stderr.String())
 	}
-	t.Logf("$ %s\n%s", line, strings.TrimRight(string(out), "\n"))
+	t.Logf("$ %s\n%s%s", line, strings.TrimRight(string(out), "\n"), prefixed("\n(stderr) ", stderr.String()))
 	return string(out)
+}
+
+func prefixed(prefix, s string) string {
+	if s = strings.TrimRight(s, "\n"); s == "" {
+		return ""
+	}
+	return prefix + s
 }
 
 func contains(l []string, s string) bool {
