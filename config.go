@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"slices"
 	"sync"
 
@@ -24,15 +23,13 @@ const (
 	defaultClusterDomain = "cluster.local"
 )
 
-// imagePattern matches an image repository (optionally with a registry host
-// and port) but no tag or digest: the tag always comes from spec.version, so
-// the image never floats.
-var imagePattern = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$`)
-
 // config is the function input resolved: tiers parsed, defaults applied.
 type config struct {
-	Tiers             map[string]tier
-	Image             string
+	Tiers map[string]tier
+	Image string
+	// Images are the input's whole image references by version key ("15",
+	// "15.8"), validated.
+	Images            map[string]string
 	StorageClassName  string
 	ClusterDomain     string
 	NetworkPolicy     bool
@@ -104,9 +101,10 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 		ClusterDomain:    or(in.ClusterDomain, defaultClusterDomain),
 		NetworkPolicy:    true,
 	}
-	if !imagePattern.MatchString(cfg.Image) || len(cfg.Image) > 200 {
-		errs = append(errs, field.Invalid(p.Child("image"), cfg.Image, "must be an image repository without tag or digest, e.g. postgres or registry.example.com/mirror/postgres (the tag is spec.version)"))
-	}
+	errs = append(errs, validateRepository(p.Child("image"), cfg.Image)...)
+	images, e := resolveImages(p.Child("images"), in.Images)
+	errs = append(errs, e...)
+	cfg.Images = images
 	if cfg.StorageClassName != "" {
 		for _, m := range validation.IsDNS1123Subdomain(cfg.StorageClassName) {
 			errs = append(errs, field.Invalid(p.Child("storageClassName"), cfg.StorageClassName, m))

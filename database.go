@@ -27,9 +27,6 @@ const (
 	// names are limited to 52 characters, so "N-backup" caps N at 45.
 	maxNameLength = 45
 
-	minMajor = 14
-	maxMajor = 18
-
 	defaultSchedule  = "0 2 * * *"
 	defaultRetention = 7
 	maxRetention     = 1000
@@ -59,6 +56,12 @@ type databaseSpec struct {
 	Backup         *backupSpec  `json:"backup,omitempty"`
 	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
 	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
+
+	// BackupEnabled and BackupSchedule are the original Database CRD's
+	// spellings of backup.enabled and backup.schedule (issue 16), kept so
+	// that its manifests keep their backups; deprecated.
+	BackupEnabled  *bool   `json:"backup_enabled,omitempty"`
+	BackupSchedule *string `json:"backup_schedule,omitempty"`
 }
 
 type storageSpec struct {
@@ -67,7 +70,7 @@ type storageSpec struct {
 }
 
 type backupSpec struct {
-	Enabled   bool   `json:"enabled,omitempty"`
+	Enabled   *bool  `json:"enabled,omitempty"`
 	Schedule  string `json:"schedule,omitempty"`
 	Retention *int64 `json:"retention,omitempty"`
 	Storage   string `json:"storage,omitempty"`
@@ -96,6 +99,9 @@ type database struct {
 	// that it is a plain SQL identifier needing no quotes in clients.
 	SQLName string
 	Legacy  bool
+	// Deprecated lists the deprecated spellings the spec uses, each with
+	// the field to move to, for the SpecApplied condition.
+	Deprecated []deprecatedField
 
 	Version          pgVersion
 	Size             string
@@ -111,6 +117,7 @@ type database struct {
 	RestoreFrom    *restoreSpec
 
 	Image             string
+	Images            map[string]string
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
@@ -118,6 +125,13 @@ type database struct {
 
 type explicitVolumes struct {
 	Size, Class, BackupSize bool
+}
+
+// deprecatedField is a field of the spec set under its deprecated name.
+type deprecatedField struct {
+	Old, New string
+	// Value is the value as the new field would hold it, in YAML.
+	Value string
 }
 
 type backup struct {
@@ -157,6 +171,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 	var errs field.ErrorList
 	db := &database{
 		Image:             cfg.Image,
+		Images:            cfg.Images,
 		ClusterDomain:     cfg.ClusterDomain,
 		NetworkPolicy:     cfg.NetworkPolicy,
 		AllowedNamespaces: cfg.AllowedNamespaces,
@@ -326,27 +341,7 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		}
 	}
 
-	db.Backup = backup{Schedule: defaultSchedule, Retention: defaultRetention, Storage: t.BackupStorage}
-	if b := s.Backup; b != nil {
-		bp := spec.Child("backup")
-		db.Backup.Enabled = b.Enabled
-		if b.Schedule != "" {
-			errs = append(errs, validateSchedule(bp.Child("schedule"), b.Schedule)...)
-			db.Backup.Schedule = b.Schedule
-		}
-		if b.Retention != nil {
-			if *b.Retention < 1 || *b.Retention > maxRetention {
-				errs = append(errs, field.Invalid(bp.Child("retention"), *b.Retention, fmt.Sprintf("must be between 1 and %d (backups kept)", maxRetention)))
-			}
-			db.Backup.Retention = *b.Retention
-		}
-		if b.Storage != "" {
-			q, e := volumeQuantity(bp.Child("storage"), b.Storage)
-			errs = append(errs, e...)
-			db.Backup.Storage = q
-			db.Explicit.BackupSize = true
-		}
-	}
+	errs = append(errs, db.resolveBackup(spec, s, t)...)
 
 	db.DeletionPolicy = deletionRetain
 	switch s.DeletionPolicy {
@@ -379,19 +374,79 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 	return errs
 }
 
-func parseVersion(p *field.Path, s string) (pgVersion, *field.Error) {
+// resolveBackup resolves spec.backup, and the original CRD's flat
+// backup_enabled and backup_schedule, which are the same fields.
+func (db *database) resolveBackup(spec *field.Path, s *databaseSpec, t tier) field.ErrorList {
+	var errs field.ErrorList
+	db.Backup = backup{Schedule: defaultSchedule, Retention: defaultRetention, Storage: t.BackupStorage}
+	b := s.Backup
+	if b == nil {
+		b = &backupSpec{}
+	}
+	bp := spec.Child("backup")
+	enabled, e := mergeDeprecated(spec.Child("backup_enabled"), s.BackupEnabled, bp.Child("enabled"), b.Enabled)
+	errs = append(errs, e...)
+	if enabled != nil {
+		db.Backup.Enabled = *enabled
+	}
+	if s.BackupEnabled != nil {
+		db.Deprecated = append(db.Deprecated, deprecatedField{"spec.backup_enabled", "spec.backup.enabled", strconv.FormatBool(*s.BackupEnabled)})
+	}
+	flatSchedule := s.BackupSchedule
+	if flatSchedule != nil {
+		flatSchedule = ptrNonEmpty(*flatSchedule) // "" means unset, as in spec.backup.schedule
+	}
+	schedule, e := mergeDeprecated(spec.Child("backup_schedule"), flatSchedule, bp.Child("schedule"), ptrNonEmpty(b.Schedule))
+	errs = append(errs, e...)
+	if schedule != nil {
+		// Report a bad schedule where the user wrote it.
+		p := bp.Child("schedule")
+		if b.Schedule == "" {
+			p = spec.Child("backup_schedule")
+		}
+		errs = append(errs, validateSchedule(p, *schedule)...)
+		db.Backup.Schedule = *schedule
+	}
+	if flatSchedule != nil {
+		db.Deprecated = append(db.Deprecated, deprecatedField{"spec.backup_schedule", "spec.backup.schedule", strconv.Quote(*flatSchedule)})
+	}
+	if b.Retention != nil {
+		if *b.Retention < 1 || *b.Retention > maxRetention {
+			errs = append(errs, field.Invalid(bp.Child("retention"), *b.Retention, fmt.Sprintf("must be between 1 and %d (backups kept)", maxRetention)))
+		}
+		db.Backup.Retention = *b.Retention
+	}
+	if b.Storage != "" {
+		q, e := volumeQuantity(bp.Child("storage"), b.Storage)
+		errs = append(errs, e...)
+		db.Backup.Storage = q
+		db.Explicit.BackupSize = true
+	}
+	return errs
+}
+
+// mergeDeprecated resolves a field that has a deprecated spelling: the two
+// are one field, so setting both to different values is an error naming
+// both (the XRD refuses it at admission too; this guards requests that did
+// not pass through it, e.g. crossplane render). A value under the deprecated
+// name is recorded for the SpecApplied condition. Absent both, nil: the
+// caller's default applies, the same for either spelling.
+func mergeDeprecated[T comparable](oldPath *field.Path, old *T, newPath *field.Path, cur *T) (*T, field.ErrorList) {
+	switch {
+	case old == nil:
+		return cur, nil
+	case cur != nil && *cur != *old:
+		return nil, field.ErrorList{field.Invalid(oldPath, *old, fmt.Sprintf(
+			"differs from %s (%#v); %s is the deprecated spelling of %s: set only %s", newPath, *cur, oldPath, newPath, newPath))}
+	}
+	return old, nil
+}
+
+func ptrNonEmpty(s string) *string {
 	if s == "" {
-		return pgVersion{}, field.Required(p, fmt.Sprintf("a PostgreSQL major (%d to %d) or major.minor, e.g. \"16\" or \"16.4\"", minMajor, maxMajor))
+		return nil
 	}
-	m := versionPattern.FindStringSubmatch(s)
-	if m == nil {
-		return pgVersion{}, field.Invalid(p, s, "must be a PostgreSQL major or major.minor, e.g. \"16\" or \"16.4\"")
-	}
-	major, err := strconv.Atoi(m[1])
-	if err != nil || major < minMajor || major > maxMajor {
-		return pgVersion{}, field.NotSupported(p, s, []string{"14", "15", "16", "17", "18"})
-	}
-	return pgVersion{Major: major, Tag: s}, nil
+	return &s
 }
 
 // cronParser accepts what a Kubernetes CronJob accepts: five fields or a

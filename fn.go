@@ -75,7 +75,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 
 	stsReady := statefulSetReady(o.StatefulSet, db.Tier.Replicas)
-	if err := setStatus(rsp, xr, status(db, p, o, stsReady)); err != nil {
+	if err := setStatus(rsp, xr, status(db, p, o, stsReady, allReady(desired, o, db.Tier.Replicas))); err != nil {
 		response.Fatal(rsp, errors.Wrap(err, "cannot set the Database's status"))
 		return rsp, nil
 	}
@@ -134,6 +134,17 @@ func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o 
 		rsp.Desired.Resources[string(name)] = r
 	}
 	return nil
+}
+
+// allReady is true when every composed resource is ready by the function's
+// own rules: what Crossplane's Ready condition of the XR then says too.
+func allReady(desired map[resource.Name]any, o *observed, replicas int32) bool {
+	for name := range desired {
+		if ready(name, o, replicas) != fnv1.Ready_READY_TRUE {
+			return false
+		}
+	}
+	return true
 }
 
 // setStatus merges the Database's status into the desired XR, keeping what

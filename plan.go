@@ -147,8 +147,7 @@ func runningMajor(sts *appsv1.StatefulSet) (int, string, bool) {
 		return m, img, true
 	}
 	// Without the annotation, fall back to the image tag's major.
-	tag := img[strings.LastIndex(img, ":")+1:]
-	if m, err := strconv.Atoi(strings.SplitN(tag, ".", 2)[0]); err == nil {
+	if m, err := strconv.Atoi(strings.SplitN(imageVersion(img), ".", 2)[0]); err == nil {
 		return m, img, true
 	}
 	return 0, "", false

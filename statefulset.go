@@ -50,7 +50,7 @@ const (
 	annotationConfigHash = "database.example.com/config-hash"
 )
 
-func image(db *database) string { return db.Image + ":" + db.Version.Tag }
+func image(db *database) string { return imageFor(db.Image, db.Images, db.Version) }
 
 // statefulSet composes the PostgreSQL instances: ordinal 0 is the primary,
 // every other ordinal a streaming hot standby cloned from it.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +31,9 @@ const (
 // dbStatus is the status the function writes to the XR (DESIGN §1), all of
 // it derived from observed state, so it never changes without a cause.
 type dbStatus struct {
+	// Ready is the original Database CRD's status.ready: true when every
+	// composed resource is ready and the phase is Running.
+	Ready            bool           `json:"ready"`
 	Endpoint         string         `json:"endpoint,omitempty"`
 	ReadEndpoint     string         `json:"readEndpoint,omitempty"`
 	Port             int32          `json:"port,omitempty"`
@@ -61,8 +66,11 @@ type condition struct {
 	Message string
 }
 
-func status(db *database, p *plan, o *observed, stsReady bool) dbStatus {
+// status derives the XR's status; allReady tells whether every composed
+// resource is ready, as the function reports it to Crossplane.
+func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatus {
 	s := dbStatus{Phase: phase(db, p, o, stsReady)}
+	s.Ready = allReady && s.Phase == phaseRunning
 	if o.exists[rnService] {
 		s.Endpoint = serviceHost(db, db.Name)
 		s.Port = postgresPort
@@ -76,8 +84,12 @@ func status(db *database, p *plan, o *observed, stsReady bool) dbStatus {
 		s.ConnectionSecret = credentialsName(db)
 	}
 	if sts := o.StatefulSet; sts != nil {
-		if _, img, ok := runningMajor(sts); ok {
-			s.Version = img[strings.LastIndex(img, ":")+1:]
+		if major, img, ok := runningMajor(sts); ok {
+			// The version the running image's tag names; the major for an
+			// image pinned by digest alone.
+			if s.Version = imageVersion(img); s.Version == "" {
+				s.Version = strconv.Itoa(major)
+			}
 		}
 		if sts.Spec.Replicas != nil {
 			s.Replicas = *sts.Spec.Replicas
@@ -112,22 +124,39 @@ func phase(db *database, p *plan, o *observed, stsReady bool) string {
 }
 
 func conditions(db *database, p *plan, o *observed) []condition {
-	out := []condition{backupCondition(db, o.Backup), specApplied(p)}
+	out := []condition{backupCondition(db, o.Backup), specApplied(db, p), versionCondition(p)}
 	if db.RestoreFrom != nil && p.Restore {
 		out = append(out, restoreCondition(db, o.Restore))
 	}
 	return out
 }
 
-func specApplied(p *plan) condition {
-	if len(p.Blocked) == 0 {
-		return condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_TRUE, "Applied", "every field of spec is applied"}
+// specApplied says whether every field of the spec is applied, and names
+// the deprecated spellings the spec uses with the fields to move to: a
+// condition, not a Warning, so that the advice stays visible without an
+// event on every reconcile, and goes once the spec is moved.
+func specApplied(db *database, p *plan) condition {
+	c := condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_TRUE, "Applied", "every field of spec is applied"}
+	if len(p.Blocked) > 0 {
+		msgs := make([]string, 0, len(p.Blocked))
+		for _, b := range p.Blocked {
+			msgs = append(msgs, b.Message)
+		}
+		c = condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_FALSE, p.Blocked[0].Reason, strings.Join(msgs, "; ")}
 	}
-	msgs := make([]string, 0, len(p.Blocked))
-	for _, b := range p.Blocked {
-		msgs = append(msgs, b.Message)
+	if len(db.Deprecated) > 0 {
+		if len(p.Blocked) == 0 {
+			c.Reason = "AppliedDeprecatedFields"
+		}
+		olds, moves := make([]string, 0, len(db.Deprecated)), make([]string, 0, len(db.Deprecated))
+		for _, d := range db.Deprecated {
+			olds = append(olds, d.Old)
+			moves = append(moves, d.New+": "+d.Value)
+		}
+		c.Message += fmt.Sprintf("; %s %s deprecated (the original Database CRD's spelling): move to %s",
+			strings.Join(olds, " and "), map[bool]string{true: "is", false: "are"}[len(olds) == 1], strings.Join(moves, ", "))
 	}
-	return condition{condSpecApplied, fnv1.Status_STATUS_CONDITION_FALSE, p.Blocked[0].Reason, strings.Join(msgs, "; ")}
+	return c
 }
 
 // backupCondition judges backups by the CronJob's own status, never by the

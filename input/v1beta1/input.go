@@ -26,12 +26,26 @@ type Input struct {
 	// +optional
 	Tiers map[string]Tier `json:"tiers,omitempty"`
 
-	// Image is the PostgreSQL image repository. The tag is always the
-	// Database's spec.version, so an image is never floating.
+	// Image is the PostgreSQL image repository, e.g. a mirror's. The tag
+	// is the Database's spec.version, so an image is never floating, unless
+	// Images names the image for that version.
 	// +kubebuilder:default="postgres"
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._/:-][a-z0-9]+)*$`
 	// +optional
 	Image string `json:"image,omitempty"`
+
+	// Images names the exact image for a PostgreSQL version, so that a
+	// platform can use its mirror and pin digests. Keys are a major ("15")
+	// or a major.minor ("15.8"); values are whole image references with a
+	// tag, a digest or both, e.g. "registry.example.com/pg:15.8@sha256:...".
+	// A Database's spec.version picks the entry with the same key; a
+	// Database asking for a major.minor without an entry of its own gets
+	// its major's entry only when that entry's tag is exactly the
+	// major.minor (a user's explicit minor is never swapped for another),
+	// otherwise Image with the tag spec.version. Every container of the
+	// Database (instances, password sync, backup, restore) runs it.
+	// +optional
+	Images map[string]string `json:"images,omitempty"`
 
 	// StorageClassName is the storage class of the data and backup volumes
 	// when a Database does not name one. Empty means the cluster default.
