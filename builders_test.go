@@ -28,7 +28,8 @@ func TestServices(t *testing.T) {
 		return metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: wantLabels}
 	}
 	tm := metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
-	sel := map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders"}
+	// Instances only: the backup and restore pods carry name and instance too.
+	sel := map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders", "app.kubernetes.io/component": "database"}
 	cases := map[string]struct {
 		got, want *corev1.Service
 	}{
@@ -50,7 +51,9 @@ func TestServices(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
-	sel := map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders"}
+	sel := map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders", "app.kubernetes.io/component": "database"}
+	// The NetworkPolicy guards every pod of the Database (jobs included).
+	all := map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders"}
 	wantPDB := &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", Labels: wantLabels},
@@ -65,7 +68,7 @@ func TestPolicies(t *testing.T) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", Labels: netLabels},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: sel},
+			PodSelector: metav1.LabelSelector{MatchLabels: all},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
 				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &port}},

@@ -24,7 +24,7 @@ func podDisruptionBudget(db *database) *policyv1.PodDisruptionBudget {
 		},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+			Selector:       &metav1.LabelSelector{MatchLabels: instanceLabels(db)},
 		},
 	}
 }

@@ -461,7 +461,7 @@ func TestReadServiceKept(t *testing.T) {
 		Selector     map[string]string
 		ReadEndpoint string
 	}
-	want := got{map[string]string{labelName: appName, labelInstance: "orders"}, "orders-r.shop.svc.cluster.local"}
+	want := got{map[string]string{labelName: appName, labelInstance: "orders", labelComponent: componentDatabase}, "orders-r.shop.svc.cluster.local"}
 	cases := map[string]struct {
 		reason string
 		from   string // the spec the Database runs with; empty: a new Database

@@ -33,14 +33,14 @@ func primaryService(db *database) *corev1.Service {
 // instance, that is the primary. The selector does not depend on the number
 // of instances, so scaling never rewrites the Service.
 func readService(db *database) *corev1.Service {
-	return service(db, readServiceName(db), selectorLabels(db))
+	return service(db, readServiceName(db), instanceLabels(db))
 }
 
 // headlessService gives each instance a stable DNS name (N-0.N-hl) for
 // standbys to clone and stream from. Not-ready addresses are published:
 // a standby must reach the primary before either is ready.
 func headlessService(db *database) *corev1.Service {
-	s := service(db, headlessServiceName(db), selectorLabels(db))
+	s := service(db, headlessServiceName(db), instanceLabels(db))
 	s.Spec.ClusterIP = corev1.ClusterIPNone
 	s.Spec.PublishNotReadyAddresses = true
 	return s

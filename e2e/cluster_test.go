@@ -134,6 +134,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		// Logs and exec on the real node's pods go through its kubelet.
 		"--kubelet-client-certificate="+c.pki.adminCrt,
 		"--kubelet-client-key="+c.pki.adminKey,
+		"--kubelet-preferred-address-types=InternalIP",
 		// The API server turns a watch from resourceVersion 0 (kwok's) into
 		// a streaming list, which needs etcd progress requests (etcd
 		// 3.4.31+); Debian's etcd 3.4.23 has none, so such watches fail and

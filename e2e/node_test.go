@@ -468,7 +468,9 @@ func (n *node) startKubelet(ctx context.Context) error {
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+# The API server reaches the kubelet (logs, exec) at the node's InternalIP:
+# the bridge address, on this machine only.
+address: %s
 port: %d
 healthzBindAddress: 127.0.0.1
 healthzPort: %d
@@ -499,7 +501,7 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
 maxPods: 40
-`, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.caCrt, realNodeTaint)
+`, bridgeIP, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.caCrt, realNodeTaint)
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -285,12 +285,11 @@ func TestRealNode(t *testing.T) {
 		d = s.create(t, realDatabase(t, ns, db, "medium", map[string]any{"backup.enabled": true, "backup.schedule": "*/1 * * * *"}))
 		u := s.waitRealReady(t, d)
 		t.Logf("Ready: %s", conditionsString(u))
-		pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",app.kubernetes.io/name=postgresql"})
-		if err != nil || len(pods.Items) != 2 {
+		pods, err := s.instancePods(ns, db)
+		if err != nil || len(pods) != 2 {
 			t.Fatalf("want 2 database pods: %v %v", err, s.podsState(ns, db))
 		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
+		for _, p := range pods {
 			if p.Spec.NodeName != realNodeName || p.Status.Phase != corev1.PodRunning || !podReady(p) {
 				t.Errorf("pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(p))
 			}
@@ -487,11 +486,11 @@ func TestRealNode(t *testing.T) {
 		}
 		s.waitGone(t, ns, []obj{{gvkStatefulSet, db}, {gvkSecret, db + "-credentials"}}, 3*time.Minute)
 		eventually(t, 2*time.Minute, "database pods gone", func() (bool, string) {
-			pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",app.kubernetes.io/name=postgresql"})
+			pods, err := s.instancePods(ns, db)
 			if err != nil {
 				return false, err.Error()
 			}
-			return len(pods.Items) == 0, fmt.Sprintf("%d pods left", len(pods.Items))
+			return len(pods) == 0, fmt.Sprintf("%d pods left", len(pods))
 		})
 		for _, pvc := range []string{"data-" + db + "-0", "data-" + db + "-1", "backups-" + db + "-0"} {
 			if _, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), pvc, metav1.GetOptions{}); err != nil {
@@ -517,6 +516,20 @@ func TestRealNode(t *testing.T) {
 		s.mustSQL(t, ns, app, "", "INSERT INTO items VALUES (5000, 'after re-create')")
 		s.eventuallySQL(t, 2*time.Minute, ns, app, podDNS(db, 1, ns), "SELECT count(*) FROM items WHERE id = 5000", "1")
 	})
+}
+
+// instancePods lists the Database's instance pods (the StatefulSet's; the
+// backup and restore Jobs' pods carry the same labels).
+func (s *suite) instancePods(ns, db string) ([]*corev1.Pod, error) {
+	pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",statefulset.kubernetes.io/pod-name"})
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range pods.Items {
+		out = append(out, &pods.Items[i])
+	}
+	return out, nil
 }
 
 // secretKey reads one key of a Secret.

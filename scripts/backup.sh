@@ -80,10 +80,20 @@ remove_backup() {
 	rm -f -- "$BACKUP_DIR/$1.sha256" "$BACKUP_DIR/$1.dump" "$BACKUP_DIR/$1.globals.sql"
 }
 
-# The server must answer before anything is removed.
+# The server must answer before anything is removed. A new pod's first
+# connections can be refused for a moment (the NetworkPolicy enforcer has not
+# yet admitted its address; the primary is restarting in a roll): a bounded
+# wait (BACKUP_WAIT_SECONDS, default 120) before giving up, well inside the
+# Job's deadline.
+BACKUP_WAIT_SECONDS=${BACKUP_WAIT_SECONDS:-120}
+require_int BACKUP_WAIT_SECONDS 0
 log "step 0/7 room: checking that database $DB_NAME answers on ${PGHOST}:${PGPORT:-5432}"
-psql -X -q -A -t --no-password --dbname="$DB_NAME" -c 'SELECT 1' >/dev/null ||
-	die "database $DB_NAME does not answer: nothing removed, no backup"
+waited=$SECONDS
+until psql -X -q -A -t --no-password --dbname="$DB_NAME" -c 'SELECT 1' >/dev/null; do
+	((SECONDS - waited < BACKUP_WAIT_SECONDS)) ||
+		die "database $DB_NAME does not answer after ${BACKUP_WAIT_SECONDS}s: nothing removed, no backup"
+	sleep 2
+done
 
 # Good backups, newest first; bad ones removed (they never count).
 good_before=()

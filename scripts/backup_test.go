@@ -51,7 +51,8 @@ func TestBackupRestore(t *testing.T) {
 	backupEnv := func(dir, db, prefix string, retention int, extra ...string) []string {
 		env := append(tl.baseEnv(root),
 			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(sp.port), "PGUSER="+src.su, "PGPASSWORD="+src.secret(t, "superuser", "password"),
-			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix)
+			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix,
+			"BACKUP_WAIT_SECONDS=3") // failing cases give up fast
 		return append(env, extra...)
 	}
 	restoreEnv := func(c *cluster, in *instance, db, backup string, extra ...string) []string {
@@ -237,7 +238,8 @@ func TestBackupRetention(t *testing.T) {
 	backupEnv := func(dir, db, prefix string, retention int, extra ...string) []string {
 		env := append(tl.baseEnv(root),
 			"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(sp.port), "PGUSER="+src.su, "PGPASSWORD="+src.secret(t, "superuser", "password"),
-			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix)
+			"DB_NAME="+db, "BACKUP_DIR="+dir, "BACKUP_RETENTION="+strconv.Itoa(retention), "DATABASE="+prefix,
+			"BACKUP_WAIT_SECONDS=3") // failing cases give up fast
 		return append(env, extra...)
 	}
 
@@ -300,6 +302,10 @@ func TestBackupRetention(t *testing.T) {
 			}
 			if after := dirState(t, ret); after != before {
 				t.Errorf("%s: backup dir changed:\n%s\nwas\n%s", tc.name, after, before)
+			}
+			// An unreachable server is waited for, boundedly, and said so.
+			if tc.name == "server down" && !strings.Contains(out, "does not answer after 3s") {
+				t.Errorf("server down: want the bounded wait reported:\n%s", out)
 			}
 		}
 		for _, b := range backupSets(t, ret) {
