@@ -70,7 +70,7 @@ func (c *cluster) waitReplayed(t *testing.T, p, s *instance) {
 		got, err := c.psql(s.port, c.su, c.secret(t, "superuser", "password"), "postgres",
 			"SELECT pg_last_wal_replay_lsn() >= '"+lsn+"'::pg_lsn")
 		if err != nil || got != "t" {
-			return fmt.Errorf("%q %v", got, err)
+			return fmt.Errorf("%q %w", got, err)
 		}
 		return nil
 	})
@@ -104,7 +104,7 @@ func TestStandbySettingsChange(t *testing.T) {
 		waitFor(t, 60*time.Second, s.pod+" streams the new row", func() error {
 			got, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM t")
 			if err != nil || got != fmt.Sprint(rows) {
-				return fmt.Errorf("%q %v", got, err)
+				return fmt.Errorf("%q %w", got, err)
 			}
 			return nil
 		})
@@ -248,7 +248,7 @@ func TestStandbyCannotReplicate(t *testing.T) {
 		waitFor(t, 60*time.Second, s.pod+" streams the new row", func() error {
 			got, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM t")
 			if err != nil || got != fmt.Sprint(rows) {
-				return fmt.Errorf("%q %v", got, err)
+				return fmt.Errorf("%q %w", got, err)
 			}
 			return nil
 		})
