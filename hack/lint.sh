@@ -16,11 +16,16 @@ fi
 [ "${1:-}" = "--build-only" ] && exit 0
 
 echo "lint: gofmt" >&2
-bad=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
+mapfile -t gofiles < <(git ls-files '*.go')
+bad=$(gofmt -l "${gofiles[@]}" 2>/dev/null || true)
 [ -z "$bad" ] || { echo "gofmt would change: $bad" >&2; exit 1; }
 
-echo "lint: go vet" >&2
+echo "lint: go vet (and the e2e module with its build tag)" >&2
 go vet ./...
+(cd e2e && go vet -tags e2e ./...)
+
+echo "lint: shellcheck over hack/ and .ci/ (the pods' scripts: go test ./scripts/)" >&2
+shellcheck -x hack/*.sh .ci/run
 
 echo "lint: golangci-lint" >&2
 "$lint" run ./...

@@ -27,6 +27,7 @@ if [ ! -s "$pg" ]; then
 	# The essential hooks run before the --include packages are installed
 	# (minbase has no useradd yet): the postgres user gets uid/gid 999 (as in the official image, and the
 	# pods' runAsUser), and the Debian package makes no cluster of its own.
+	# shellcheck disable=SC2016 # "$1" is the hooks' own argument (the root), for mmdebstrap to expand
 	mmdebstrap --quiet --variant=minbase --mode=root \
 		--include=postgresql-15,bash,ca-certificates \
 		--essential-hook='echo "postgres:x:999:" >>"$1/etc/group"' \
