@@ -323,10 +323,15 @@ primary() {
 
 # replication_conninfo: libpq connection string to the primary's replication
 # endpoint; the password comes from a 0600 passfile, never an argument.
+# The walreceiver connects asynchronously and ignores connect_timeout: when
+# the primary's pod comes back with a new address, a connection to the old
+# one hung for ~70 s of SYN retries (seen on the real node) while replication
+# stood still. tcp_user_timeout bounds that, and keepalives find a primary
+# that vanished mid-stream.
 replication_conninfo() {
 	local repl
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
-	printf 'host=%s port=%s user=%s passfile=%s application_name=%s connect_timeout=10\n' \
+	printf 'host=%s port=%s user=%s passfile=%s application_name=%s connect_timeout=10 tcp_user_timeout=10000 keepalives_idle=10 keepalives_interval=5 keepalives_count=3\n' \
 		"$(conninfo_quote "$PRIMARY_HOST")" "$PRIMARY_PORT" "$(conninfo_quote "$repl")" \
 		"$(conninfo_quote "$(replication_passfile)")" "$(conninfo_quote "$POD_NAME")"
 }
