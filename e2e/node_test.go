@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -111,6 +112,12 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 			return n, err
 		}
 	}
+	// A suite killed before its cleanup leaves containers running on the
+	// bridge (their shims outlive containerd, and their processes the shims):
+	// they would hold addresses the new pods get. Only one suite runs on a
+	// machine at a time.
+	_ = exec.CommandContext(ctx, "pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*function-database-e2e-").Run()
+	killKubepods()
 	if err := n.network(ctx); err != nil {
 		return n, fmt.Errorf("pod network: %w", err)
 	}
@@ -675,8 +682,10 @@ func (n *node) stop() {
 		cancel()
 		n.containerd.stop(k8sStop)
 	}
-	// Shims outlive containerd: kill any left in our state folder.
+	// Shims outlive containerd: kill any left in our state folder, and any
+	// container process left in the kubelet's cgroups.
 	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexpQuote(n.path("containerd", "state"))).Run()
+	killKubepods()
 	if n.proxy != nil {
 		_ = exec.Command(n.binary("kube-proxy"), "--cleanup").Run()
 	}
@@ -705,6 +714,26 @@ func (n *node) removePods(ctx context.Context) {
 			_ = exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "delete", "-f", id).Run()
 		}
 	}
+}
+
+// killKubepods kills every process in the kubelet's pod cgroups (cgroup v1
+// here: the pids hierarchy holds them all).
+func killKubepods() {
+	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		return nil
+	})
 }
 
 var unmountMu sync.Mutex
