@@ -164,8 +164,13 @@ func (s *suite) waitSynced(t testing.TB, d database, generation int64) *unstruct
 
 func (s *suite) waitReady(t testing.TB, d database) *unstructured.Unstructured {
 	t.Helper()
+	return s.waitReadyWithin(t, d, readyWait)
+}
+
+func (s *suite) waitReadyWithin(t testing.TB, d database, timeout time.Duration) *unstructured.Unstructured {
+	t.Helper()
 	var u *unstructured.Unstructured
-	eventually(t, readyWait, d.String()+" Ready", func() (bool, string) {
+	eventually(t, timeout, d.String()+" Ready", func() (bool, string) {
 		var err error
 		u, err = env.k.get(context.Background(), d.gvk, d.ns, d.name)
 		if err != nil {

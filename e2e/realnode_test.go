@@ -134,16 +134,7 @@ func realDatabase(t *testing.T, ns, name, size string, set map[string]any) *unst
 // waitRealReady waits for the XR to be Ready on real pods.
 func (s *suite) waitRealReady(t *testing.T, d database) *unstructured.Unstructured {
 	t.Helper()
-	var u *unstructured.Unstructured
-	eventually(t, realReady, d.String()+" Ready on the real node", func() (bool, string) {
-		var err error
-		u, err = env.k.get(context.Background(), d.gvk, d.ns, d.name)
-		if err != nil {
-			return false, err.Error()
-		}
-		return getCondition(u, "Ready").Status == "True", conditionsString(u) + "; " + s.podsState(d.ns, d.name)
-	})
-	return u
+	return s.waitReadyWithin(t, d, realReady)
 }
 
 // clientPod starts a pod in ns with psql and the Database's credentials from
