@@ -58,10 +58,13 @@ func composed(n string, replicas int64, backup bool) []obj {
 		{gvkStatefulSet, n},
 		{gvkService, n},
 		{gvkService, n + "-hl"},
+		// The read Service exists at every size (the primary alone with
+		// one instance), so scaling never breaks clients of N-r.
+		{gvkService, n + "-r"},
 		{gvkNetPol, n},
 	}
 	if replicas > 1 {
-		out = append(out, obj{gvkService, n + "-r"}, obj{gvkPDB, n})
+		out = append(out, obj{gvkPDB, n})
 	}
 	if backup {
 		out = append(out, obj{gvkCronJob, n + "-backup"})
@@ -720,8 +723,11 @@ func (s *suite) testScale(t *testing.T) {
 		last = s.statefulSet(t, d.ns, d.name)
 		return ptrInt(last.Spec.Replicas) == 1, fmt.Sprintf("replicas %d", ptrInt(last.Spec.Replicas))
 	})
-	s.waitGone(t, d.ns, []obj{{gvkPDB, d.name}, {gvkService, d.name + "-r"}}, syncWait)
-	t.Logf("small: replicas 1, resources %v, no PDB, no read Service", container(last, "postgres").Resources)
+	s.waitGone(t, d.ns, []obj{{gvkPDB, d.name}}, syncWait)
+	if _, err := s.getObj(d.ns, obj{gvkService, d.name + "-r"}); err != nil {
+		t.Errorf("read Service %s-r at one instance: %v (it must stay, selecting the primary)", d.name, err)
+	}
+	t.Logf("small: replicas 1, resources %v, no PDB, read Service kept", container(last, "postgres").Resources)
 
 	u = d.patch(t, fmt.Sprintf(`{"spec":{"size":%q}}`, size))
 	s.waitSynced(t, d, u.GetGeneration())
