@@ -76,6 +76,20 @@ func (c *cluster) waitReplayed(t *testing.T, p, s *instance) {
 	})
 }
 
+// insertAndWait inserts row n (table t holds 1..n-1) on the primary and waits
+// until the standby has it.
+func (c *cluster) insertAndWait(t *testing.T, p, s *instance, appPassword string, n int) {
+	t.Helper()
+	c.appSQL(t, p, fmt.Sprintf("INSERT INTO t VALUES (%d)", n))
+	waitFor(t, 60*time.Second, s.pod+" streams the new row", func() error {
+		got, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM t")
+		if err != nil || got != fmt.Sprint(n) {
+			return fmt.Errorf("%q %w", got, err)
+		}
+		return nil
+	})
+}
+
 // TestStandbySettingsChange (issue 12 item 1): a size or settings change that
 // lowers or raises a setting standbys must match ends with every standby
 // streaming, in the StatefulSet's order (highest ordinal first), with no
@@ -100,14 +114,7 @@ func TestStandbySettingsChange(t *testing.T) {
 	insertAndCheck := func(t *testing.T) {
 		t.Helper()
 		rows++
-		c.appSQL(t, p, fmt.Sprintf("INSERT INTO t VALUES (%d)", rows))
-		waitFor(t, 60*time.Second, s.pod+" streams the new row", func() error {
-			got, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM t")
-			if err != nil || got != fmt.Sprint(rows) {
-				return fmt.Errorf("%q %w", got, err)
-			}
-			return nil
-		})
+		c.insertAndWait(t, p, s, appPassword, rows)
 	}
 
 	t.Run("lowered: standby restarted first", func(t *testing.T) {
@@ -244,14 +251,7 @@ func TestStandbyCannotReplicate(t *testing.T) {
 	insertAndCheck := func(t *testing.T) {
 		t.Helper()
 		rows++
-		c.appSQL(t, p, fmt.Sprintf("INSERT INTO t VALUES (%d)", rows))
-		waitFor(t, 60*time.Second, s.pod+" streams the new row", func() error {
-			got, err := c.psql(s.port, c.app, appPassword, c.db, "SELECT count(*) FROM t")
-			if err != nil || got != fmt.Sprint(rows) {
-				return fmt.Errorf("%q %w", got, err)
-			}
-			return nil
-		})
+		c.insertAndWait(t, p, s, appPassword, rows)
 	}
 	notReady := func(t *testing.T, why string) {
 		t.Helper()
