@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -684,7 +685,7 @@ func (n *node) stop() {
 	}
 	// Shims outlive containerd: kill any left in our state folder, and any
 	// container process left in the kubelet's cgroups.
-	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexpQuote(n.path("containerd", "state"))).Run()
+	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexp.QuoteMeta(n.path("containerd", "state"))).Run()
 	killKubepods()
 	if n.proxy != nil {
 		_ = exec.Command(n.binary("kube-proxy"), "--cleanup").Run()
@@ -755,15 +756,4 @@ func unmountUnder(dir string) {
 	for i := len(mounts) - 1; i >= 0; i-- {
 		_ = exec.Command("umount", "-l", mounts[i]).Run()
 	}
-}
-
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteRune('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
