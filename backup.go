@@ -114,10 +114,6 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 	}
 }
 
-// restoreRefused is restore.sh's exit code for a database that already holds
-// user tables.
-const restoreRefused = 3
-
 // jobContainer is the container of a backup or restore Job: script from the
 // scripts volume, the backup volume vol at dir, a scratch /tmp.
 func jobContainer(name, image, script string, env []corev1.EnvVar, vol, dir string, readOnly bool) corev1.Container {
@@ -150,49 +146,4 @@ func claimVolume(name, claim string, readOnly bool) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly},
 	}}
-}
-
-// restoreJob restores a backup of another Database into this one, once, at
-// creation. It mounts the source's backup volume read-only (it outlives its
-// Database under Retain) and refuses a database that holds user tables, so
-// re-running it can never overwrite live data.
-func restoreJob(db *database, p *plan) *batchv1.Job {
-	src := db.RestoreFrom
-	env := append(adminEnv(db),
-		corev1.EnvVar{Name: "APP_USER", Value: db.SQLName},
-		corev1.EnvVar{Name: "RESTORE_DIR", Value: restoreDir},
-		corev1.EnvVar{Name: "RESTORE_BACKUP", Value: src.Backup},
-		corev1.EnvVar{Name: "RESTORE_SOURCE", Value: src.Database},
-	)
-	return &batchv1.Job{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      restoreName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentRestore),
-		},
-		Spec: batchv1.JobSpec{
-			// The script waits for the new primary; retries cover a slow start.
-			BackoffLimit: ptr.To[int32](6),
-			// Exit 3 is a refusal (the database already holds tables): final,
-			// retrying cannot change it.
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
-				Action: batchv1.PodFailurePolicyActionFailJob,
-				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr.To(containerRestore), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{restoreRefused},
-				},
-			}}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentRestore)},
-				Spec: podSpecDefaults(corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					// Near the source's primary when it still runs: its
-					// backup volume is attached there.
-					Affinity:   besidePod(false, map[string]string{labelName: appName, labelInstance: src.Database, labelPodName: src.Database + "-0"}),
-					Containers: []corev1.Container{jobContainer(containerRestore, p.Image, scripts.Restore, env, volRestore, restoreDir, true)},
-					Volumes:    jobVolumes(db, volRestore, backupsClaimName(src.Database), true),
-				}),
-			},
-		},
-	}
 }

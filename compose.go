@@ -33,8 +33,8 @@ func compose(db *database, p *plan) map[resource.Name]any {
 	if db.Backup.Enabled {
 		out[rnBackup] = backupCronJob(db, p)
 	}
-	if p.Restore {
-		out[rnRestore] = restoreJob(db, p)
+	if p.Restore != nil && p.Restore.Job != nil {
+		out[rnRestore] = p.Restore.Job
 	}
 	return out
 }

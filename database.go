@@ -35,6 +35,9 @@ const (
 	deletionDelete = "Delete"
 
 	restoreLatest = "latest"
+	// maxRestoreAttempt bounds spec.restoreFrom.attempt (the XRDs say the
+	// same): a counter raised by hand never gets near it.
+	maxRestoreAttempt = 1000
 
 	labelClaimName      = "crossplane.io/claim-name"
 	labelClaimNamespace = "crossplane.io/claim-namespace"
@@ -79,6 +82,10 @@ type backupSpec struct {
 type restoreSpec struct {
 	Database string `json:"database"`
 	Backup   string `json:"backup,omitempty"`
+	// Attempt asks for a new run of a restore that did not complete: a
+	// value other than the one the restore Job ran with replaces the Job
+	// (restore.go). It does nothing once the restore completed.
+	Attempt int64 `json:"attempt,omitempty"`
 }
 
 // pgVersion is a PostgreSQL version as the user asked for it: a major, or a
@@ -99,6 +106,9 @@ type database struct {
 	// that it is a plain SQL identifier needing no quotes in clients.
 	SQLName string
 	Legacy  bool
+	// APIVersion and Kind are the XR's: a restoreFrom source is a Database
+	// of the same kind, looked up through Crossplane's required resources.
+	APIVersion, Kind string
 	// Deprecated lists the deprecated spellings the spec uses, each with
 	// the field to move to, for the SpecApplied condition.
 	Deprecated []deprecatedField
@@ -180,6 +190,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 	// A legacy XR is cluster scoped: its claim's name and namespace are the
 	// ones users see, so composed names and namespace come from the claim.
 	db.Name, db.Namespace = meta.Name, meta.Namespace
+	db.APIVersion, db.Kind = meta.APIVersion, meta.Kind
 	namePath, nsPath := field.NewPath("metadata", "name"), field.NewPath("metadata", "namespace")
 	if meta.Namespace == "" {
 		db.Legacy = true
@@ -368,6 +379,9 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		}
 		if !backupPattern.MatchString(rs.Backup) {
 			errs = append(errs, field.Invalid(rp.Child("backup"), rs.Backup, "must be 'latest' or a backup file name (letters, digits, '.', '_', '-')"))
+		}
+		if rs.Attempt < 0 || rs.Attempt > maxRestoreAttempt {
+			errs = append(errs, field.Invalid(rp.Child("attempt"), rs.Attempt, fmt.Sprintf("must be between 0 and %d: raise it by one to run a failed restore again", maxRestoreAttempt)))
 		}
 		db.RestoreFrom = &rs
 	}

@@ -66,6 +66,8 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composed resources"))
 		return rsp, nil
 	}
+	o.RestoreRecord = readRestoreRecord(xr)
+	o.Source = lookupSource(req)
 
 	p := makePlan(db, o, f.password)
 	desired := compose(db, p)
@@ -81,6 +83,11 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	if db.Legacy {
 		setConnectionDetails(rsp, desired)
+	}
+	if p.Restore != nil && p.Restore.Require != nil {
+		// Crossplane fetches the source and calls again within the same
+		// reconcile, until the requirements stop changing.
+		rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}}
 	}
 	for _, c := range conditions(db, p, o) {
 		opt := newCondition(rsp, c)

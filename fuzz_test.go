@@ -180,7 +180,7 @@ func databaseProblems(db *database, spec any) []string {
 		bad("deletionPolicy %q accepted", db.DeletionPolicy)
 	}
 	if r := db.RestoreFrom; r != nil {
-		if len(validateName(field.NewPath("spec", "restoreFrom", "database"), r.Database)) > 0 || r.Database == db.Name || !backupPattern.MatchString(r.Backup) {
+		if len(validateName(field.NewPath("spec", "restoreFrom", "database"), r.Database)) > 0 || r.Database == db.Name || !backupPattern.MatchString(r.Backup) || r.Attempt < 0 || r.Attempt > maxRestoreAttempt {
 			bad("restoreFrom %+v accepted", *r)
 		}
 	}
@@ -610,6 +610,8 @@ func runFunctionSeeds(tb testing.TB) []runFunctionSeed {
 		{"spec.restoreFrom.database": "orders"},
 		{"spec.restoreFrom.database": ""},
 		{"spec.restoreFrom.database": "orders-old", "spec.restoreFrom.backup": "../../etc/passwd"},
+		{"spec.restoreFrom.database": "orders-old", "spec.restoreFrom.attempt": 3},
+		{"spec.restoreFrom.database": "orders-old", "status.restore.completed": true, "status.restore.completionTime": "2026-11-28T03:00:00Z"},
 		{"spec.restoreFrom": "orders-old"},
 		{"metadata.name": strings.Repeat("a", 46)},
 		{"metadata.name": "Orders"},

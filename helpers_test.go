@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -25,13 +27,123 @@ func testFunction() *Function {
 	return f
 }
 
+// runTest runs the function as Crossplane does within one reconcile, with
+// the example Databases as the cluster's (exampleCluster): see runTestIn.
 func runTest(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	return runTestIn(t, req, exampleCluster(t))
+}
+
+// runTestIn runs the function as Crossplane core's FetchingFunctionRunner
+// does: while the response's requirements change, it fetches the required
+// resources from cluster and calls again (at most 6 calls), and returns the
+// last response. A Fatal result ends it. req itself is not changed.
+func runTestIn(t testing.TB, req *fnv1.RunFunctionRequest, cluster []*structpb.Struct) *fnv1.RunFunctionResponse {
+	t.Helper()
+	req = proto.CloneOf(req)
+	var prev *fnv1.Requirements
+	for range 6 {
+		rsp := runOnce(t, req)
+		for _, r := range rsp.GetResults() {
+			if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+				return rsp
+			}
+		}
+		if proto.Equal(rsp.GetRequirements(), prev) {
+			return rsp
+		}
+		prev = rsp.GetRequirements()
+		req.RequiredResources = map[string]*fnv1.Resources{}
+		for name, sel := range prev.GetResources() {
+			req.RequiredResources[name] = fetchRequired(sel, cluster)
+		}
+	}
+	t.Fatalf("the requirements did not stabilize after 6 calls")
+	return nil
+}
+
+// runOnce is one call of the function, its response as Crossplane gets it.
+func runOnce(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
 	rsp, err := testFunction().RunFunction(t.Context(), req)
 	if err != nil {
 		t.Fatalf("RunFunction returned a Go error: %v", err)
 	}
 	return overTheWire(t, rsp)
+}
+
+// fetchRequired answers a resource selector from cluster as Crossplane's
+// ExistingRequiredResourcesFetcher does: by name, nil when not found; by
+// labels, the (possibly empty) list.
+func fetchRequired(sel *fnv1.ResourceSelector, cluster []*structpb.Struct) *fnv1.Resources {
+	var items []*fnv1.Resource
+	for _, o := range cluster {
+		if stringAt(o, "apiVersion") != sel.GetApiVersion() || stringAt(o, "kind") != sel.GetKind() ||
+			(sel.Namespace != nil && stringAt(o, "metadata", "namespace") != sel.GetNamespace()) {
+			continue
+		}
+		switch m := sel.GetMatch().(type) {
+		case *fnv1.ResourceSelector_MatchName:
+			if stringAt(o, "metadata", "name") != m.MatchName {
+				continue
+			}
+		case *fnv1.ResourceSelector_MatchLabels:
+			l := structAt(o, "metadata", "labels")
+			matches := true
+			for k, v := range m.MatchLabels.GetLabels() {
+				if l.GetFields()[k].GetStringValue() != v {
+					matches = false
+				}
+			}
+			if !matches {
+				continue
+			}
+		}
+		items = append(items, &fnv1.Resource{Resource: proto.CloneOf(o)})
+	}
+	if _, byName := sel.GetMatch().(*fnv1.ResourceSelector_MatchName); byName && len(items) == 0 {
+		return nil
+	}
+	return &fnv1.Resources{Items: items}
+}
+
+var (
+	exampleClusterOnce sync.Once
+	exampleClusterObjs []*structpb.Struct
+)
+
+// exampleCluster is every example XR, as if applied: the restore example's
+// source (orders in shop) exists.
+func exampleCluster(t testing.TB) []*structpb.Struct {
+	t.Helper()
+	exampleClusterOnce.Do(func() {
+		files, _ := filepath.Glob("example/xrs/*.yaml")
+		for _, f := range append([]string{"example/xr.yaml", "example/legacy/xr.yaml"}, files...) {
+			exampleClusterObjs = append(exampleClusterObjs, readYAMLStruct(t, f))
+		}
+	})
+	return exampleClusterObjs
+}
+
+// feedBack plays one reconcile later: the desired composed resources of rsp
+// observed (running or starting) and the desired XR status it wrote read
+// back in the observed XR, as Crossplane applies it.
+func feedBack(t testing.TB, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse, running bool) {
+	t.Helper()
+	req.Observed.Resources = observedFrom(t, rsp, running)
+	st := rsp.GetDesired().GetComposite().GetResource().GetFields()["status"]
+	if st == nil {
+		return
+	}
+	xr := req.Observed.Composite.Resource
+	cur := xr.GetFields()["status"].GetStructValue()
+	if cur == nil {
+		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		xr.Fields["status"] = structpb.NewStructValue(cur)
+	}
+	for k, v := range st.GetStructValue().GetFields() {
+		cur.Fields[k] = proto.CloneOf(v)
+	}
 }
 
 // wireBytes is m as the server's codec puts it on the wire.
@@ -136,7 +248,7 @@ func observedFrom(t testing.TB, rsp *fnv1.RunFunctionResponse, running bool) map
 			}
 		case "Job":
 			if running {
-				m["status"] = map[string]any{"succeeded": 1, "conditions": []any{map[string]any{"type": "Complete", "status": "True"}}}
+				m["status"] = map[string]any{"succeeded": 1, "completionTime": "2026-11-28T02:41:07Z", "conditions": []any{map[string]any{"type": "Complete", "status": "True"}}}
 			}
 		case "Service":
 			spec := m["spec"].(map[string]any) //nolint:forcetypeassert // always set by the builders

@@ -25,6 +25,13 @@ type observed struct {
 	Backup      *batchv1.CronJob
 	Restore     *batchv1.Job
 
+	// RestoreRecord is the observed XR's status.restore, and Source what
+	// Crossplane's required resources say of the restoreFrom source: the
+	// restore's memory and its source (restore.go). readObserved leaves
+	// them empty; RunFunction reads them from the request.
+	RestoreRecord *restoreStatus
+	Source        sourceLookup
+
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
 }
@@ -43,7 +50,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
 	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
 	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, statusFields)
-	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, statusFields)
+	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, restoreJobFields)
 	return o, errors.Join(errs[:]...)
 }
 
@@ -57,6 +64,16 @@ var (
 	secretFields    = fields{"data": nil}
 	configMapFields = fields{"data": {keyInitialized: nil}}
 	statusFields    = fields{"status": nil}
+	// What planRestore reads back from the restore Job to freeze it and to
+	// record what it ran.
+	restoreJobFields = fields{
+		"metadata": {"annotations": {annotationRestoreHash: nil, annotationRestoreAttempt: nil}},
+		"spec": {"template": {"spec": {
+			"containers": {"name": nil, "image": nil, "env": nil},
+			"affinity":   nil,
+		}}},
+		"status": nil,
+	}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = fields{
 		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},

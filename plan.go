@@ -47,8 +47,9 @@ type plan struct {
 	// Initialized is true once the StatefulSet has been ready: the database
 	// exists and its data must never be replaced by an empty initdb.
 	Initialized bool
-	// Restore composes the restore Job: only at creation, or while it exists.
-	Restore   bool
+	// Restore is what happens about spec.restoreFrom (restore.go); nil
+	// without it, or when it was set after creation.
+	Restore   *restorePlan
 	Passwords passwords
 	Blocked   []blocked
 }
@@ -79,13 +80,9 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 		p.Templates = p.keepTemplates(db, sts.Spec.VolumeClaimTemplates)
 	}
 
-	if db.RestoreFrom != nil {
-		p.Restore = !p.Initialized || o.Restore != nil
-		if !p.Restore {
-			p.Blocked = append(p.Blocked, blocked{reasonRestoreAfterCreate, fmt.Sprintf(
-				"spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from %s", db.RestoreFrom.Database)})
-		}
-	}
+	var b []blocked
+	p.Restore, b = planRestore(db, p, o)
+	p.Blocked = append(p.Blocked, b...)
 	return p
 }
 

@@ -66,7 +66,12 @@ func runningRequest(t *testing.T, xr string) *fnv1.RunFunctionRequest {
 
 func setSpec(t *testing.T, req *fnv1.RunFunctionRequest, spec string) {
 	t.Helper()
-	req.Observed.Composite.Resource.Fields["spec"] = structpb.NewStructValue(yamlStruct(t, spec))
+	setSpecOf(t, req.Observed.Composite.Resource, spec)
+}
+
+func setSpecOf(t *testing.T, xr *structpb.Struct, spec string) {
+	t.Helper()
+	xr.Fields["spec"] = structpb.NewStructValue(yamlStruct(t, spec))
 }
 
 func desiredSTS(t *testing.T, rsp *fnv1.RunFunctionResponse) *appsv1.StatefulSet {
@@ -314,41 +319,6 @@ func TestInitializedIsSticky(t *testing.T) {
 	// The marker must not roll the pods: the config hash ignores it.
 	if a, b := desiredSTS(t, first).Spec.Template.Annotations, desiredSTS(t, rsp).Spec.Template.Annotations; !cmp.Equal(a, b) {
 		t.Errorf("the initialized marker changed the pod template: %v vs %v", a, b)
-	}
-}
-
-func TestRestoreOnlyAtCreation(t *testing.T) {
-	const restoring = `{version: "17", size: small, restoreFrom: {database: orders-old}}`
-	// At creation: the Job is composed.
-	req := xrRequest(yamlStruct(t, validXR), nil)
-	setSpec(t, req, restoring)
-	rsp := runTest(t, req)
-	if _, ok := rsp.Desired.Resources["restore"]; !ok {
-		t.Fatalf("no restore Job at creation")
-	}
-	job := decodeInto[batchv1.Job](t, rsp.Desired.Resources["restore"].GetResource())
-	vol := job.Spec.Template.Spec.Volumes[0]
-	if vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != "backups-orders-old-0" || !vol.PersistentVolumeClaim.ReadOnly {
-		t.Errorf("the restore Job must mount the source's backups read-only, got %+v", vol)
-	}
-	// Running with the Job observed: kept, Restored True once complete.
-	req.Observed.Resources = observedFrom(t, rsp, true)
-	rsp = runTest(t, req)
-	if _, ok := rsp.Desired.Resources["restore"]; !ok {
-		t.Fatalf("the restore Job was dropped while it exists")
-	}
-	if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE {
-		t.Errorf("want Restored True, got %v", c)
-	}
-	// Set on a Database that was created without it: refused.
-	req = runningRequest(t, validXR)
-	setSpec(t, req, `{version: "16", size: medium, restoreFrom: {database: orders-old}}`)
-	rsp = runTest(t, req)
-	if _, ok := rsp.Desired.Resources["restore"]; ok {
-		t.Fatalf("a restore Job was composed for an existing database")
-	}
-	if c := conditionOf(rsp, condSpecApplied); c.GetReason() != reasonRestoreAfterCreate {
-		t.Errorf("want SpecApplied reason %s, got %v", reasonRestoreAfterCreate, c)
 	}
 }
 

@@ -51,12 +51,6 @@ type backupStatus struct {
 	LastSuccessfulTime *metav1.Time `json:"lastSuccessfulTime,omitempty"`
 }
 
-type restoreStatus struct {
-	Source    string `json:"source"`
-	Backup    string `json:"backup"`
-	Completed bool   `json:"completed"`
-}
-
 // condition is one condition for the XR and its claim. Messages are stable:
 // they change only when the observed state they describe changes.
 type condition struct {
@@ -69,7 +63,7 @@ type condition struct {
 // status derives the XR's status; allReady tells whether every composed
 // resource is ready, as the function reports it to Crossplane.
 func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatus {
-	s := dbStatus{Phase: phase(db, p, o, stsReady)}
+	s := dbStatus{Phase: phase(p, stsReady)}
 	s.Ready = allReady && s.Phase == phaseRunning
 	if o.exists[rnService] {
 		s.Endpoint = serviceHost(db, db.Name)
@@ -99,8 +93,8 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 	if cj := o.Backup; cj != nil && (cj.Status.LastScheduleTime != nil || cj.Status.LastSuccessfulTime != nil) {
 		s.Backup = &backupStatus{LastScheduleTime: cj.Status.LastScheduleTime, LastSuccessfulTime: cj.Status.LastSuccessfulTime}
 	}
-	if r := db.RestoreFrom; r != nil && p.Restore {
-		s.Restore = &restoreStatus{Source: r.Database, Backup: r.Backup, Completed: jobSucceeded(o.Restore)}
+	if p.Restore != nil {
+		s.Restore = p.Restore.Status
 	}
 	return s
 }
@@ -109,11 +103,11 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 // Provisioning, even on a ready StatefulSet: its data is not there yet, and
 // Degraded would page someone about instances that are fine (the Restored
 // condition says how the restore goes).
-func phase(db *database, p *plan, o *observed, stsReady bool) string {
+func phase(p *plan, stsReady bool) string {
 	switch {
-	case jobFailed(o.Restore):
+	case p.Restore != nil && p.Restore.Failed:
 		return phaseFailed
-	case db.RestoreFrom != nil && p.Restore && !jobSucceeded(o.Restore):
+	case p.Restore != nil && p.Restore.Pending:
 		return phaseProvisioning
 	case stsReady:
 		return phaseRunning
@@ -125,8 +119,8 @@ func phase(db *database, p *plan, o *observed, stsReady bool) string {
 
 func conditions(db *database, p *plan, o *observed) []condition {
 	out := []condition{backupCondition(db, o.Backup), specApplied(db, p), versionCondition(p)}
-	if db.RestoreFrom != nil && p.Restore {
-		out = append(out, restoreCondition(db, o.Restore))
+	if p.Restore != nil {
+		out = append(out, p.Restore.Condition)
 	}
 	return out
 }
@@ -189,18 +183,6 @@ func backupCondition(db *database, cj *batchv1.CronJob) condition {
 		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed and no backup ever has: " + why + "; see the jobs of CronJob " + backupName(db)}
 	}
 	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed: " + why + "; last success at " + stamp(succ) + "; see the jobs of CronJob " + backupName(db)}
-}
-
-func restoreCondition(db *database, j *batchv1.Job) condition {
-	const typ = condRestored
-	src := db.RestoreFrom.Database + "/" + db.RestoreFrom.Backup
-	switch {
-	case jobSucceeded(j):
-		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "RestoreSucceeded", "restored backup " + src}
-	case jobFailed(j):
-		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "RestoreFailed", "restoring backup " + src + " failed; see the logs of Job " + restoreName(db) + " (a database that already holds tables is never overwritten)"}
-	}
-	return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "RestorePending", "restoring backup " + src}
 }
 
 func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }

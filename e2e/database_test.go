@@ -336,6 +336,7 @@ func TestDatabase(t *testing.T) {
 	s.step(t, "PasswordStable", s.testPasswordStable)
 	s.step(t, "Scale", s.testScale)
 	s.step(t, "Backup", s.testBackup)
+	s.step(t, "Restore", s.testRestore)
 	s.step(t, "MajorDowngrade", s.testDowngrade)
 	s.step(t, "InvalidSpecs", s.testInvalid)
 	s.step(t, "LegacyClaim", s.testLegacyClaim)

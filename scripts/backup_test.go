@@ -157,6 +157,32 @@ func TestBackupRestore(t *testing.T) {
 		}
 	})
 
+	// A restore that found no usable backup changed nothing, so the database
+	// is still empty and a new run (the function's retry: a corrected
+	// spec.restoreFrom.backup or a raised attempt) restores into it.
+	t.Run("no usable backup: exit 4, nothing changed; a retry restores", func(t *testing.T) {
+		dst.superSQL(t, dp, "postgres", "CREATE DATABASE scratch_retry OWNER "+dst.app)
+		out, err := dst.script(time.Minute, restoreEnv(dst, dp, "scratch_retry", "orders-29990101T000000Z.dump"), Restore)
+		if code := exitCode(err); code != 4 || !strings.Contains(lastLine(out), "backup orders-29990101T000000Z not found in "+backups) {
+			t.Errorf("a backup that is not there: exit %d (%v), want 4:\n%s", code, err, out)
+		}
+		empty := tl.mkdir(t, filepath.Join(root, "no-backups"))
+		out, err = dst.script(time.Minute, restoreEnv(dst, dp, "scratch_retry", "latest", "RESTORE_DIR="+empty), Restore)
+		if code := exitCode(err); code != 4 || !strings.Contains(lastLine(out), "no good backup of orders in "+empty) {
+			t.Errorf("latest with no backup: exit %d (%v), want 4:\n%s", code, err, out)
+		}
+		if got := dst.tableChecksums(t, dp, "scratch_retry"); len(got) != 0 {
+			t.Fatalf("a failed restore left tables: %v", got)
+		}
+		out, err = dst.script(3*time.Minute, restoreEnv(dst, dp, "scratch_retry", first), Restore)
+		if err != nil || !strings.Contains(lastLine(out), "restored backup "+first) {
+			t.Fatalf("the retry: %v\n%s", err, out)
+		}
+		if got := dst.tableChecksums(t, dp, "scratch_retry"); fmt.Sprint(got) != fmt.Sprint(srcSums) {
+			t.Errorf("the retry restored:\n%v\nwant\n%v", got, srcSums)
+		}
+	})
+
 	t.Run("corrupted backups are never good", func(t *testing.T) {
 		for i, tc := range []struct {
 			name    string
@@ -198,8 +224,8 @@ func TestBackupRestore(t *testing.T) {
 				// Named explicitly: refused clearly, nothing restored.
 				dst.superSQL(t, dp, "postgres", fmt.Sprintf("CREATE DATABASE scratch%d OWNER %s", i, dst.app))
 				out, err := dst.script(2*time.Minute, restoreEnv(dst, dp, fmt.Sprintf("scratch%d", i), base+".dump"), Restore)
-				if err == nil || !strings.Contains(lastLine(out), "does not verify") {
-					t.Errorf("explicit restore of a bad backup: %v\n%s", err, out)
+				if code := exitCode(err); code != 4 || !strings.Contains(lastLine(out), "does not verify") {
+					t.Errorf("explicit restore of a bad backup: exit %d (%v), want 4\n%s", code, err, out)
 				}
 				if got := dst.tableChecksums(t, dp, fmt.Sprintf("scratch%d", i)); len(got) != 0 {
 					t.Errorf("bad backup restored tables: %v", got)

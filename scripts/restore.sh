@@ -8,6 +8,9 @@
 #      table of contents verify (bad ones are skipped, saying why), or an
 #      explicit name (D-T, D-T.dump, ...), which must verify;
 #   3. refuse (exit 3, nothing changed) if DB_NAME already holds a user table;
+#      a backup that is not there or does not verify exits 4 (nothing
+#      changed): the Job's podFailurePolicy fails at once on 3 and 4, which
+#      no retry of the same run can change;
 #   4. pg_restore --no-owner --role=APP_USER in one transaction, exit on error;
 #   5. print one final line "restore: SUCCESS ..." (also the container's
 #      termination message when /dev/termination-log is writable).
@@ -82,16 +85,16 @@ if [[ $RESTORE_BACKUP == latest ]]; then
 		fi
 		log "skipping backup $b: it does not verify"
 	done < <(list_backups "$RESTORE_DIR" "$RESTORE_SOURCE")
-	[[ -n $chosen ]] || fail "no good backup${RESTORE_SOURCE:+ of $RESTORE_SOURCE} in $RESTORE_DIR"
+	[[ -n $chosen ]] || fail "no good backup${RESTORE_SOURCE:+ of $RESTORE_SOURCE} in $RESTORE_DIR" 4
 	log "latest good backup: $chosen"
 else
 	b=${RESTORE_BACKUP%.dump}
 	b=${b%.globals.sql}
 	b=${b%.sha256}
-	[[ $b != */* && $b != .* && -n $b ]] || fail "RESTORE_BACKUP '$RESTORE_BACKUP' is not a backup file name"
-	[[ -e $RESTORE_DIR/$b.dump ]] || fail "backup $b not found in $RESTORE_DIR"
-	verify_backup "$RESTORE_DIR" "$b" || fail "backup $b does not verify (checksum mismatch or missing file): refusing to restore it; nothing changed"
-	check_dump "$RESTORE_DIR/$b.dump" || fail "backup $b: pg_restore cannot read its table of contents; nothing changed"
+	[[ $b != */* && $b != .* && -n $b ]] || fail "RESTORE_BACKUP '$RESTORE_BACKUP' is not a backup file name" 4
+	[[ -e $RESTORE_DIR/$b.dump ]] || fail "backup $b not found in $RESTORE_DIR" 4
+	verify_backup "$RESTORE_DIR" "$b" || fail "backup $b does not verify (checksum mismatch or missing file): refusing to restore it; nothing changed" 4
+	check_dump "$RESTORE_DIR/$b.dump" || fail "backup $b: pg_restore cannot read its table of contents; nothing changed" 4
 	chosen=$b
 fi
 dump_sum=$(sha256sum <"$RESTORE_DIR/$chosen.dump" | cut -d' ' -f1)

@@ -31,7 +31,8 @@
 //     APP_USER RESTORE_DIR RESTORE_BACKUP (latest or a file name)
 //     RESTORE_SOURCE. Exit 0 and a last line "restore: SUCCESS: ..." on
 //     success; exit 3 when DB_NAME already holds user tables (refused,
-//     nothing changed); other non-zero on failure.
+//     nothing changed); exit 4 when the backup asked for is not there or
+//     does not verify (nothing changed); other non-zero on failure.
 //
 // The scripts need bash, coreutils and the PostgreSQL client and server tools
 // only: they run unchanged in the official postgres image and on a Debian

@@ -200,6 +200,7 @@ type example struct {
 	composition string
 	xrd         string
 	observed    string // observed composed resources (render -o), if any
+	required    string // resources the function may require (render -e), if any
 }
 
 func examples(t *testing.T) []example {
@@ -215,7 +216,13 @@ func examples(t *testing.T) []example {
 	}
 	for _, v := range variants {
 		base := filepath.Base(v)
-		xs = append(xs, example{name: "xrs-" + strings.TrimSuffix(base, ".yaml"), xr: "example/xrs/" + base})
+		x := example{name: "xrs-" + strings.TrimSuffix(base, ".yaml"), xr: "example/xrs/" + base}
+		if base == "restore.yaml" {
+			// Its source, Database orders in shop, as the function reads
+			// it through Crossplane's required resources.
+			x.required = "example/xr.yaml"
+		}
+		xs = append(xs, x)
 	}
 	for i := range xs {
 		if xs[i].composition == "" {
@@ -285,6 +292,9 @@ func render(t *testing.T, x example) []byte {
 	}
 	if x.observed != "" {
 		args = append(args, "-o", x.observed)
+	}
+	if x.required != "" {
+		args = append(args, "--required-resources", x.required)
 	}
 	cmd := exec.Command(env.crossplane, args...)
 	cmd.Dir = env.root
