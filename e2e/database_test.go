@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Bounds of the waits. Crossplane reconciles an XR within a second or two
@@ -944,6 +945,83 @@ func (s *suite) testLegacyClaim(t *testing.T) {
 	if ep := str(u, "status", "endpoint"); !strings.Contains(ep, n+"."+ns) {
 		t.Errorf("claim status.endpoint = %q, want the Service %s.%s", ep, n, ns)
 	}
+	s.checkClaimSecret(t, d, xr)
+}
+
+// claimSecretKeys are the keys of a legacy claim's connection Secret, as the
+// README documents them: the XRD's connectionSecretKeys, which are the keys
+// of N-credentials.
+var claimSecretKeys = []string{"dbname", "host", "jdbc-uri", "password", "pgpass", "port", "uri", "username"}
+
+// checkClaimSecret: the claim's writeConnectionSecretToRef Secret is in the
+// claim's namespace with the documented keys, holding what N-credentials
+// holds. Crossplane writes the XR's Secret into the Composition's
+// writeConnectionSecretsToNamespace from the connection details the function
+// returns, then copies it to the claim's namespace.
+func (s *suite) checkClaimSecret(t *testing.T, claim database, xr *unstructured.Unstructured) {
+	c := claim.get(t)
+	name := str(c, "spec", "writeConnectionSecretToRef", "name")
+	if name == "" {
+		t.Fatalf("claim %s has no spec.writeConnectionSecretToRef.name", claim)
+	}
+	xrd, err := s.k.get(context.Background(), gvkXRD, "", "xdatabases.legacy.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared, _, _ := unstructured.NestedStringSlice(xrd.Object, "spec", "connectionSecretKeys")
+	sort.Strings(declared)
+	if strings.Join(declared, ",") != strings.Join(claimSecretKeys, ",") {
+		t.Errorf("the legacy XRD's connectionSecretKeys are %v, the documented keys %v", declared, claimSecretKeys)
+	}
+	var sec *corev1.Secret
+	eventually(t, syncWait, "Secret "+claim.ns+"/"+name+" (the claim's writeConnectionSecretToRef)", func() (bool, string) {
+		var err error
+		sec, err = s.k.cs.CoreV1().Secrets(claim.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			x, _ := s.k.get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
+			return false, fmt.Sprintf("%v; XR writeConnectionSecretToRef %s/%s", err, str(x, "spec", "writeConnectionSecretToRef", "namespace"), str(x, "spec", "writeConnectionSecretToRef", "name"))
+		}
+		return len(sec.Data) == len(claimSecretKeys), fmt.Sprintf("keys %v", keys(sec.Data))
+	})
+	if got := keys(sec.Data); strings.Join(got, ",") != strings.Join(claimSecretKeys, ",") {
+		t.Errorf("Secret %s/%s keys %v, want %v", claim.ns, name, got, claimSecretKeys)
+	}
+	creds, err := s.k.cs.CoreV1().Secrets(claim.ns).Get(context.Background(), claim.name+"-credentials", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range claimSecretKeys {
+		if len(sec.Data[k]) == 0 || string(sec.Data[k]) != string(creds.Data[k]) {
+			t.Errorf("Secret %s/%s key %s differs from %s-credentials' (or is empty)", claim.ns, name, k, claim.name)
+		}
+	}
+	if !ownedByUID(sec, c.GetUID()) {
+		t.Errorf("Secret %s/%s is not controlled by the claim: owners %v", claim.ns, name, sec.OwnerReferences)
+	}
+	x, err := s.k.get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claim Secret %s/%s: keys %v, copied from the XR's %s/%s", claim.ns, name, keys(sec.Data),
+		str(x, "spec", "writeConnectionSecretToRef", "namespace"), str(x, "spec", "writeConnectionSecretToRef", "name"))
+}
+
+func keys(m map[string][]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ownedByUID(o metav1.Object, uid types.UID) bool {
+	for _, r := range o.GetOwnerReferences() {
+		if r.UID == uid && r.Controller != nil && *r.Controller {
+			return true
+		}
+	}
+	return false
 }
 
 // Delete: deleting a Database garbage-collects every composed object; the

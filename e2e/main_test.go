@@ -155,8 +155,12 @@ func (s *suite) tools(ctx context.Context, logDir string) (string, string, error
 		if b := strings.TrimSpace(lastLine(out)); b != bin {
 			return "", "", fmt.Errorf("tools in two folders: %s and %s", bin, b)
 		}
+		if out, err = output(ctx, log, s.root, "bash", "hack/tools.sh", "crossplane"); err != nil {
+			return "", "", fmt.Errorf("hack/tools.sh crossplane: %w\n%s", err, tailFile(log, 30))
+		}
 	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages.yaml", "crossplane-core"} {
+	// kubectl and crossplane run the README's commands as users type them.
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwok-stages.yaml", "crossplane-core", "crossplane"} {
 		if !fileExists(filepath.Join(bin, name)) {
 			return "", "", fmt.Errorf("no %s in %s", name, bin)
 		}

@@ -113,9 +113,6 @@ func (s *suite) testOriginal(t *testing.T) {
 	if !strings.HasSuffix(string(example), originalManifest) {
 		t.Fatalf("example/xrs/original.yaml does not end with the original manifest:\n%s", originalManifest)
 	}
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Fatalf("no kubectl on PATH: the scenario runs the users' own commands: %v", err)
-	}
 	s.ensureNamespace(t, ns)
 	sh := s.originalShell(t, ns)
 	if err := os.WriteFile(filepath.Join(sh.dir, "database.yaml"), []byte(originalManifest), 0o644); err != nil {
@@ -228,45 +225,77 @@ func (s *suite) testOriginal(t *testing.T) {
 	}
 }
 
-// shell runs command lines as a user types them: bash in dir, kubectl on
-// PATH with a kubeconfig whose current context is in the namespace.
+// shell runs command lines as a user types them: bash in dir, with the
+// pinned kubectl and crossplane CLI (built into the tools folder, never
+// whatever else is on PATH) and a kubeconfig of its own.
 type shell struct {
-	dir, kubeconfig string
+	dir, kubeconfig, path string
+	timeout               time.Duration
 }
 
-func (s *suite) originalShell(t *testing.T, ns string) shell {
+// newShell makes a shell in dir (empty: a new temporary folder).
+func (s *suite) newShell(t *testing.T, dir string) shell {
 	t.Helper()
-	dir := t.TempDir()
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	cfg, err := os.ReadFile(s.cl.kcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := shell{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	home := t.TempDir()
+	sh := shell{dir: dir, kubeconfig: filepath.Join(home, "kubeconfig"), path: s.cl.bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 	if err := os.WriteFile(sh.kubeconfig, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for _, tool := range []string{"kubectl", "crossplane"} {
+		if !fileExists(filepath.Join(s.cl.bin, tool)) {
+			t.Fatalf("no %s in %s: hack/cluster-tools.sh and hack/tools.sh build it", tool, s.cl.bin)
+		}
+	}
+	return sh
+}
+
+// originalShell is a shell whose kubeconfig's current context is in the
+// namespace, as the original CRD's users have it.
+func (s *suite) originalShell(t *testing.T, ns string) shell {
+	t.Helper()
+	sh := s.newShell(t, "")
 	sh.run(t, "kubectl config set-context --current --namespace="+ns)
 	return sh
 }
 
 func (sh shell) run(t *testing.T, line string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), deleteWait+30*time.Second)
+	out, stderr, err := sh.try(line)
+	if err != nil {
+		t.Fatalf("$ %s: %v\n%s%s", line, err, out, stderr)
+	}
+	t.Logf("$ %s\n%s%s", line, strings.TrimRight(out, "\n"), prefixed("\n(stderr) ", stderr))
+	return out
+}
+
+// try runs a line, bounded by the shell's timeout (default: a deletion's
+// wait and half a minute).
+func (sh shell) try(line string) (stdout, stderr string, err error) {
+	timeout := sh.timeout
+	if timeout == 0 {
+		timeout = deleteWait + 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", line)
 	cmd.Dir = sh.dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sh.kubeconfig)
+	// HOME beside the kubeconfig: kubectl's cache and the crossplane CLI's
+	// configuration stay out of the user's home.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+sh.kubeconfig, "PATH="+sh.path, "HOME="+filepath.Dir(sh.kubeconfig))
 	// Only stdout is the command's output: kubectl warns on stderr, e.g.
 	// that the short name db also matches the legacy XRD's claim once
 	// both XRDs are installed (it picks databases.example.com).
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var se strings.Builder
+	cmd.Stderr = &se
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("$ %s: %v\n%s%s", line, err, out, stderr.String())
-	}
-	t.Logf("$ %s\n%s%s", line, strings.TrimRight(string(out), "\n"), prefixed("\n(stderr) ", stderr.String()))
-	return string(out)
+	return string(out), se.String(), err
 }
 
 func prefixed(prefix, s string) string {

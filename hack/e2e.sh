@@ -20,6 +20,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 start=$SECONDS
 "$root/hack/cluster-tools.sh" >/dev/null
 "$root/hack/tools.sh" crossplane-core >/dev/null
+"$root/hack/tools.sh" crossplane >/dev/null # the README's commands (TestPlatformGuide)
 echo "e2e: tools ready in $((SECONDS - start)) s"
 cd "$root/e2e"
 export E2E_SKIP_TOOLS=1 # just built above

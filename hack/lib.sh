@@ -50,3 +50,22 @@ stop() {
 	kill "$1" 2>/dev/null || true
 	wait "$1" 2>/dev/null || true
 }
+
+# require_go: fails, saying what to install, unless a Go toolchain at least as
+# new as go.mod's go line runs here. Debian's golang package is older than
+# that: Go comes with the machine (/usr/local/go on ours).
+require_go() {
+	local want have
+	want=$(sed -n 's/^go //p' "$root/go.mod")
+	if ! command -v go >/dev/null; then
+		echo "no go on PATH: install Go $want or later (go.mod's go line)" >&2
+		return 1
+	fi
+	# Asked in the module, so that a GOTOOLCHAIN switch is what answers.
+	have=$(cd "$root" && go env GOVERSION) || return 1
+	have=${have#go}
+	if [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; then
+		echo "go $have is older than go.mod's go $want: install Go $want or later" >&2
+		return 1
+	fi
+}

@@ -25,6 +25,7 @@ go vet ./...
 (cd e2e && go vet -tags e2e ./...)
 
 echo "lint: shellcheck over hack/ and .ci/ (the pods' scripts: go test ./scripts/)" >&2
+command -v shellcheck >/dev/null || { echo "lint: shellcheck missing: hack/install-postgres.sh installs it (Debian package shellcheck)" >&2; exit 1; }
 shellcheck -x hack/*.sh .ci/run
 
 echo "lint: golangci-lint" >&2

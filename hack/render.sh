@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Renders a Database XR with the real crossplane CLI and Crossplane core, no
-# Docker: builds the function, serves it on a free loopback port, runs
-# `crossplane composition render` against it and prints the YAML (with the
-# function's results, -r).
+# The README's main command. Renders a Database XR with the real crossplane
+# CLI and Crossplane core, no Docker: builds the function, serves it on a free
+# loopback port, runs `crossplane composition render` against it and prints
+# the YAML (with the function's results, -r). Needs only Go: the CLI and core
+# are built into the cache on first use.
 #
 #   hack/render.sh                                       example/xr.yaml
 #   hack/render.sh example/xrs/backup.yaml
@@ -28,6 +29,9 @@ composition=${RENDER_COMPOSITION:-$dir/composition.yaml}
 xrd=${RENDER_XRD:-$dir/xrd.yaml}
 functions=${RENDER_FUNCTIONS:-$root/example/functions.yaml}
 
+# Everything else it needs it builds itself on first use (hack/tools.sh):
+# the crossplane CLI and core, into the cache; the function, here.
+require_go
 crossplane=$(tool crossplane CROSSPLANE_BIN)
 core=$(tool crossplane-core CROSSPLANE_CORE_BIN)
 

@@ -1,17 +1,59 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (README "Developing"). Expects the
-# tools installed by .ci/run: PostgreSQL and shellcheck (hack/install-postgres.sh),
-# the crossplane CLI, core and crane (hack/tools.sh), the control-plane
-# binaries (hack/cluster-tools.sh).
+# The README's test command, and all CI runs (.ci/run calls it): sets up a
+# fresh Debian machine, then runs every test level.
 #
-#   hack/test.sh           everything
-#   hack/test.sh unit      only the go test levels (no e2e)
+#   hack/test.sh           everything: lint, go test (unit, scripts on a real
+#                          PostgreSQL, render, package), benchmarks, fuzzing, e2e
+#   hack/test.sh unit      the same without the end-to-end level (and without
+#                          installing its tools)
+#   hack/test.sh setup     only the set-up below, for every level; no test
+#
+# Set-up, each step a no-op when already done (warm: a few seconds): Debian's
+# postgresql and shellcheck (hack/install-postgres.sh), the Go modules, the
+# crossplane CLI, Crossplane core and crane (hack/tools.sh), golangci-lint
+# (hack/lint.sh), and for e2e the control-plane binaries, kwok, etcd and the
+# real node's packages (hack/cluster-tools.sh). Tools are built from the Go
+# module proxy into $HOME/.cache/function-database keyed by version (cold:
+# see the README). Debian packages need root or sudo; the real node needs root.
+#
+# A level whose tool is missing fails here, saying what installs it
+# (FNDB_REQUIRE_TOOLS): only a run narrowed on purpose, `go test ./...` alone,
+# skips it.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/lib.sh"
 cd "$root"
 what=${1:-all}
+case $what in
+all | unit | setup) ;;
+*)
+	echo "usage: hack/test.sh [unit | setup]" >&2
+	exit 2
+	;;
+esac
 
-step() { printf '\n=== %s\n' "$*" >&2; }
+start=$SECONDS
+step() { printf '\n=== %s (%d s)\n' "$*" "$((SECONDS - start))" >&2; }
+
+step "set-up: Go"
+require_go
+step "set-up: Debian packages postgresql, shellcheck"
+hack/install-postgres.sh >/dev/null
+step "set-up: Go modules"
+go mod download
+step "set-up: crossplane CLI, Crossplane core, crane"
+hack/tools.sh >/dev/null
+step "set-up: golangci-lint"
+hack/lint.sh --build-only
+if [ "$what" != unit ]; then
+	step "set-up: control-plane binaries, kwok, etcd, the real node's packages"
+	hack/cluster-tools.sh >/dev/null
+fi
+if [ "$what" = setup ]; then
+	step "set-up done"
+	exit 0
+fi
+export FNDB_REQUIRE_TOOLS=1
 
 step "static checks"
 hack/lint.sh
@@ -31,3 +73,4 @@ if [ "$what" = all ]; then
 	step "end to end on a real control plane"
 	hack/e2e.sh
 fi
+step "done"

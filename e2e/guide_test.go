@@ -1,0 +1,169 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// guideSection is the README section whose commands TestPlatformGuide runs.
+const guideSection = "## Running it as a platform team"
+
+// guideCommands reads the command lines of the section's sh blocks, in order.
+func guideCommands(readme string) ([]string, error) {
+	f, err := os.Open(readme)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	in, block := false, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == guideSection:
+			in = true
+		case in && strings.HasPrefix(line, "## "):
+			return out, sc.Err()
+		case in && line == "```sh":
+			block = true
+		case in && block && line == "```":
+			block = false
+		case in && block && strings.TrimSpace(line) != "":
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out, sc.Err()
+}
+
+// TestPlatformGuide runs the commands of the README's platform-team section
+// verbatim, in order, from the repository root, with the pinned kubectl and
+// crossplane CLI, and checks what each is there to show. Pods here are
+// kwok's: that the app reaches PostgreSQL is appConnects' (real node).
+func TestPlatformGuide(t *testing.T) {
+	s := env
+	s.step(t, "Commands", s.testPlatformGuide)
+}
+
+func (s *suite) testPlatformGuide(t *testing.T) {
+	cmds, err := guideCommands(filepath.Join(s.root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) == 0 {
+		t.Fatalf("no commands in README.md's %q", guideSection)
+	}
+	sh := s.newShell(t, s.root)
+	sh.timeout = 11 * time.Minute // the guide's waits are 10 minutes at most
+
+	gone := func(what string, check func() error) {
+		eventually(t, deleteWait, what+" gone", func() (bool, string) {
+			err := check()
+			return apierrors.IsNotFound(err), "still there: " + errString(err)
+		})
+	}
+	wantIn := func(out string, want ...string) func(*testing.T) {
+		return func(t *testing.T) {
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		}
+	}
+	// What each command is there to show, beyond succeeding.
+	checks := map[string]func(t *testing.T, out string){
+		"kubectl -n warehouse describe secret inventory-connection": func(t *testing.T, out string) {
+			wantIn(out, append([]string{"connection.crossplane.io/v1alpha1"}, claimSecretKeys...)...)(t)
+		},
+		"kubectl -n shop rollout status deployment/orders-app --timeout=5m": func(t *testing.T, out string) {
+			wantIn(out, "successfully rolled out")(t)
+		},
+		"kubectl -n shop get databases.example.com": func(t *testing.T, out string) {
+			wantIn(out, "orders", "Running", "orders.shop.svc.cluster.local")(t)
+		},
+		"kubectl -n shop describe databases.example.com orders": func(t *testing.T, out string) {
+			wantIn(out, "BackupHealthy", "SpecApplied", "VersionSupported", "Ready")(t)
+		},
+		"crossplane resource trace databases.example.com orders -n shop": func(t *testing.T, out string) {
+			wantIn(out, "Database/orders", "StatefulSet/orders", "Secret/orders-credentials", "CronJob/orders-backup")(t)
+		},
+		"kubectl -n shop get statefulsets,pods,pvc,cronjobs -l app.kubernetes.io/instance=orders": func(t *testing.T, out string) {
+			wantIn(out, "statefulset.apps/orders", "pod/orders-0", "persistentvolumeclaim/data-orders-0", "cronjob.batch/orders-backup")(t)
+		},
+		// The API server defaults the RollingUpdate partition to 0, which
+		// kubectl reports as "partitioned roll out complete"; "rolling update
+		// complete" is its word for no partition.
+		"kubectl -n shop rollout status statefulset/orders --timeout=10m": func(t *testing.T, out string) {
+			if !strings.Contains(out, "roll out complete") && !strings.Contains(out, "rolling update complete") {
+				t.Errorf("the roll is not complete:\n%s", out)
+			}
+		},
+		"kubectl delete -f example/app.yaml": func(t *testing.T, _ string) {
+			gone("Deployment shop/orders-app", func() error {
+				_, err := s.k.cs.AppsV1().Deployments("shop").Get(context.Background(), "orders-app", metav1.GetOptions{})
+				return err
+			})
+		},
+		"kubectl -n shop delete databases.example.com orders": func(t *testing.T, _ string) {
+			s.waitGone(t, "shop", composed("orders", 2, true), deleteWait)
+		},
+		// Under Retain the volumes stay.
+		"kubectl -n shop get pvc -l app.kubernetes.io/instance=orders": func(t *testing.T, out string) {
+			wantIn(out, "data-orders-0", "data-orders-1", "backups-orders-0")(t)
+		},
+		// The claim's Secret goes with the claim.
+		"kubectl -n warehouse delete databases.legacy.example.com inventory": func(t *testing.T, _ string) {
+			gone("Secret warehouse/inventory-connection", func() error {
+				_, err := s.k.cs.CoreV1().Secrets("warehouse").Get(context.Background(), "inventory-connection", metav1.GetOptions{})
+				return err
+			})
+		},
+	}
+	t.Cleanup(func() {
+		// Volumes the guide leaves on purpose; later tests need none.
+		_ = s.k.cs.CoreV1().PersistentVolumeClaims("shop").DeleteCollection(context.Background(), metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=orders"})
+	})
+
+	ran := map[string]bool{}
+	for _, line := range cmds {
+		out, stderr, err := sh.try(line)
+		// Earlier scenarios may have made the namespace; a user's cluster
+		// would not have it yet.
+		if err != nil && strings.HasPrefix(line, "kubectl create namespace ") && strings.Contains(stderr, "AlreadyExists") {
+			t.Logf("$ %s\n(already there: %s)", line, strings.TrimSpace(stderr))
+			continue
+		}
+		if err != nil {
+			t.Fatalf("$ %s: %v\n%s%s", line, err, out, prefixed("\n(stderr) ", stderr))
+		}
+		t.Logf("$ %s\n%s%s", line, strings.TrimRight(out, "\n"), prefixed("\n(stderr) ", stderr))
+		if c := checks[line]; c != nil {
+			c(t, out)
+			ran[line] = true
+		}
+	}
+	for line := range checks {
+		if !ran[line] {
+			t.Errorf("no command %q in README.md's %q any more: update the guide or this test", line, guideSection)
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "found"
+	}
+	return err.Error()
+}
