@@ -366,6 +366,7 @@ func TestRealNode(t *testing.T) {
 	if !ok {
 		return
 	}
+	s.step(t, "App", func(t *testing.T) { s.appConnects(t, ns, db) })
 	s.step(t, "NetworkPolicy", func(t *testing.T) {
 		const other = "elsewhere-real"
 		s.realNamespace(t, other)
@@ -420,6 +421,7 @@ func TestRealNode(t *testing.T) {
 			t.Errorf("restored checksums differ:\n got %s\nwant %s", got, want)
 		}
 	})
+	s.step(t, "RestoreRetry", func(t *testing.T) { s.realRestoreRetry(t, ns, db, app) })
 	s.step(t, "PrimaryPodDeleted", func(t *testing.T) {
 		before := s.mustSQL(t, ns, app, "", checksums)
 		p0, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
