@@ -14,7 +14,8 @@
 #   E2E_KEEP=1 hack/e2e.sh      keep the temporary folder (logs) on success too
 #
 # Cold (nothing cached): etcd install ~1 min, k8s binaries and kwok ~13 min of
-# CPU on 2 idle cores (much longer on a loaded machine), Crossplane core ~5 min.
+# CPU on 2 idle cores (much longer on a loaded machine), Crossplane core ~5 min,
+# the crossplane CLI ~10 min, the first arm64 build of the function ~8 min.
 # Warm: tools ~1 s, kwok group ~2 min (setup ~25 s, of which ~15 s build both
 # packages; NoChurn alone is 65 s).
 set -euo pipefail
