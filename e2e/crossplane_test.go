@@ -3,17 +3,12 @@
 package e2e
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -22,20 +17,24 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 const (
-	xpNamespace     = "crossplane-system"
-	xpCASecret      = "crossplane-root-ca"
-	xpClientSecret  = "crossplane-tls-client"
-	fnName          = "function-database"
-	fnTLSSecret     = "function-database-tls-server"
-	fnPackageSource = "xpkg.example.test/acme/function-database"
+	xpNamespace    = "crossplane-system"
+	xpCASecret     = "crossplane-root-ca"
+	xpClientSecret = "crossplane-tls-client"
+	fnName         = "function-database" // the local process and its certificate
+	fnTLSSecret    = "function-database-tls-server"
+	cfgName        = "configuration-database"
 )
 
 var (
 	gvkFunction         = gvk("pkg.crossplane.io/v1", "Function")
 	gvkFunctionRevision = gvk("pkg.crossplane.io/v1", "FunctionRevision")
+	gvkConfiguration    = gvk("pkg.crossplane.io/v1", "Configuration")
+	gvkImageConfig      = gvk("pkg.crossplane.io/v1beta1", "ImageConfig")
 	gvkXRD              = gvk("apiextensions.crossplane.io/v2", "CompositeResourceDefinition")
 )
 
@@ -50,7 +49,9 @@ type crossplane struct {
 	fnBin string
 
 	fnAddr   string
-	clientCA *ca // Crossplane's CA, made by `core init`
+	fnTLS    map[string][]byte // the function's server certificate, key and CA
+	fnName   string            // the Function the Configuration's dependency became
+	clientCA *ca               // Crossplane's CA, made by `core init`
 	logf     func(string, ...any)
 }
 
@@ -105,7 +106,9 @@ func coreModule(ctx context.Context, logDir, coreBin string) (string, error) {
 	return m.Dir, nil
 }
 
-func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBin, root string, logf func(string, ...any)) (*crossplane, error) {
+// startCrossplane starts core, trusting the CA in caBundle for package
+// registries, and the function as a local process.
+func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBin, caBundle string, logf func(string, ...any)) (*crossplane, error) {
 	x := &crossplane{dir: filepath.Join(dir, "crossplane"), cl: cl, fnBin: fnBin, logf: logf}
 	t0 := time.Now()
 	if err := os.MkdirAll(x.dir, 0o755); err != nil {
@@ -201,9 +204,9 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	if err != nil {
 		return x, err
 	}
-	fnTLS := map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": x.clientCA.certPEM}
+	x.fnTLS = map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": x.clientCA.certPEM}
 	fnDir := filepath.Join(x.dir, "function-tls")
-	if err := writeFiles(fnDir, fnTLS, "tls.crt", "tls.key", "ca.crt"); err != nil {
+	if err := writeFiles(fnDir, x.fnTLS, "tls.crt", "tls.key", "ca.crt"); err != nil {
 		return x, err
 	}
 	port, err := freePort()
@@ -232,6 +235,9 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	}
 	x.core = newProc(dir, "crossplane", coreBin, "core", "start",
 		"--package-runtime=External",
+		// The loopback registry's CA, for pulling packages (added to the
+		// system's roots).
+		"--ca-bundle-path="+caBundle,
 		"--enable-webhooks=false",
 		"--tls-client-certs-dir="+clientDir,
 		"--cache-dir="+cacheDir,
@@ -253,10 +259,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		return x, err
 	}
 
-	if err := x.installFunction(ctx, root, cacheDir, fnTLS); err != nil {
-		return x, err
-	}
-	logf("crossplane core started and function %s Healthy (%s)", fnName, time.Since(t0).Round(time.Millisecond))
+	logf("crossplane core started (%s)", time.Since(t0).Round(time.Millisecond))
 	return x, nil
 }
 
@@ -266,162 +269,149 @@ func (x *crossplane) restartCore() error {
 	return x.core.start()
 }
 
-// packageYAML is the package's YAML stream: package/crossplane.yaml (the
-// Function meta) and package/input/*.yaml (the input CRD).
-func packageYAML(root string, logf func(string, ...any)) ([]byte, error) {
-	pkgDir := filepath.Join(root, "package")
-	var docs [][]byte
-	meta, err := os.ReadFile(filepath.Join(pkgDir, "crossplane.yaml"))
-	if os.IsNotExist(err) {
-		logf("package/crossplane.yaml missing: using a minimal Function meta")
-		meta = []byte("apiVersion: meta.pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: " + fnName + "\nspec:\n  capabilities:\n  - composition\n")
-	} else if err != nil {
-		return nil, err
+// The package objects the suite applies, typed: pkg.crossplane.io/v1beta1
+// ImageConfig and pkg.crossplane.io/v1 Configuration (only the fields used).
+type (
+	imageConfig struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              imageConfigSpec `json:"spec"`
 	}
-	docs = append(docs, meta)
-	inputs, err := filepath.Glob(filepath.Join(pkgDir, "input", "*.yaml"))
+	imageConfigSpec struct {
+		MatchImages  []imageMatch  `json:"matchImages"`
+		RewriteImage *imageRewrite `json:"rewriteImage,omitempty"`
+	}
+	imageMatch struct {
+		Type   string `json:"type,omitempty"`
+		Prefix string `json:"prefix"`
+	}
+	imageRewrite struct {
+		Prefix string `json:"prefix"`
+	}
+	configuration struct {
+		metav1.TypeMeta   `json:",inline"`
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              configurationSpec `json:"spec"`
+	}
+	configurationSpec struct {
+		Package string `json:"package"`
+	}
+)
+
+func toUnstructured(obj any) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(inputs)
-	for _, f := range inputs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		docs = append(docs, b)
-	}
-	var buf bytes.Buffer
-	for _, d := range docs {
-		if !bytes.HasPrefix(d, []byte("---")) {
-			buf.WriteString("---\n")
-		}
-		buf.Write(d)
-		if !bytes.HasSuffix(d, []byte("\n")) {
-			buf.WriteString("\n")
-		}
-	}
-	return buf.Bytes(), nil
+	return &unstructured.Unstructured{Object: m}, nil
 }
 
-// friendlyID is crossplane-runtime's xpkg.FriendlyID: the package cache key.
-func friendlyID(name, hash string) string {
-	trunc := func(s string, n int) string {
-		if len(s) > n {
-			return s[:n]
-		}
-		return s
-	}
-	s := trunc(name, 50) + "-" + trunc(hash, 12)
-	var b strings.Builder
-	for i := range len(s) {
-		c := s[i]
-		if ('a' <= c && c <= 'z') || ('0' <= c && c <= '9') {
-			b.WriteByte(c)
-		}
-		if (c == '.' || c == '/' || c == ':' || c == '-') && (i != 0 && i != 62 && i != len(s)-1) {
-			b.WriteByte('-')
-		}
-		if i == 62 {
-			break
-		}
-	}
-	return strings.Trim(b.String(), "-")
-}
-
-// installFunction installs the function package without a registry: for a
-// digest reference Crossplane reads <cache>/<FriendlyID>.gz (a gzipped
-// package.yaml stream) and never pulls. With the External runtime nothing
-// runs the function or sets the revision's endpoint: we do.
-func (x *crossplane) installFunction(ctx context.Context, root, cacheDir string, fnTLS map[string][]byte) error {
-	pkg, err := packageYAML(root, x.logf)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(pkg)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	if _, err := zw.Write(pkg); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cacheDir, friendlyID(fnPackageSource, digest)+".gz"), gz.Bytes(), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(x.dir, "package.yaml"), pkg, 0o644); err != nil {
-		return err
-	}
-
+// installPackages installs the pushed Configuration as a platform team does,
+// through Crossplane's package manager: an ImageConfig points pkgHost at the
+// loopback registry (a mirror), then the Configuration is applied; core
+// pulls it, resolves its dependency (creating the Function, named after the
+// dependency's repository, at the highest tag the constraint allows) and
+// installs both revisions, the XRD and Composition among the
+// Configuration's objects. With the External runtime nothing runs the
+// function or sets its revision's endpoint: the function runs here as a
+// process, and we give the revision its address and TLS Secret.
+func (x *crossplane) installPackages(ctx context.Context, reg *ociRegistry) error {
 	k := x.cl.kube
 	cs := k.cs
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: fnTLSSecret, Namespace: xpNamespace},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       fnTLS,
+		Data:       x.fnTLS,
 	}
 	if _, err := cs.CoreV1().Secrets(xpNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := k.waitKind(wctx, gvkFunction); err != nil {
+	for _, g := range []schema.GroupVersionKind{gvkImageConfig, gvkConfiguration, gvkFunction} {
+		if err := k.waitKind(wctx, g); err != nil {
+			return err
+		}
+	}
+	ic, err := toUnstructured(&imageConfig{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gvkImageConfig.GroupVersion().String(), Kind: gvkImageConfig.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-mirror"},
+		Spec: imageConfigSpec{
+			MatchImages:  []imageMatch{{Type: "Prefix", Prefix: pkgHost}},
+			RewriteImage: &imageRewrite{Prefix: reg.addr + "/"},
+		},
+	})
+	if err != nil {
 		return err
 	}
-	fn := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "pkg.crossplane.io/v1",
-		"kind":       "Function",
-		"metadata":   map[string]any{"name": fnName},
-		"spec": map[string]any{
-			"package":                  fnPackageSource + "@" + digest,
-			"packagePullPolicy":        "IfNotPresent",
-			"skipDependencyResolution": true,
-		},
-	}}
-	if _, err := k.apply(ctx, fn); err != nil {
-		return fmt.Errorf("apply Function: %w", err)
+	if _, err := k.apply(ctx, ic); err != nil {
+		return fmt.Errorf("apply ImageConfig: %w", err)
+	}
+	cfg, err := toUnstructured(&configuration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gvkConfiguration.GroupVersion().String(), Kind: gvkConfiguration.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: cfgName},
+		Spec:       configurationSpec{Package: cfgPackage + ":" + pkgVersion},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := k.apply(ctx, cfg); err != nil {
+		return fmt.Errorf("apply Configuration: %w", err)
 	}
 
-	// Wait for the revision, then give it an endpoint and TLS secret and
-	// mark its runtime healthy; repeat until the Function is Healthy (core
-	// may overwrite a status it read before our update).
+	// Until both are Installed and Healthy: give the Function's active
+	// revision the function's endpoint and mark its runtime healthy, again
+	// whenever core overwrites a status it read before our update.
 	endpoint := x.fnAddr
 	var last string
-	deadline := time.Now().Add(120 * time.Second)
+	deadline := time.Now().Add(180 * time.Second)
 	for time.Now().Before(deadline) {
 		if ended, err := x.core.exited(); ended {
 			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.tail(30))
 		}
-		f, err := k.get(ctx, gvkFunction, "", fnName)
-		if err == nil && getCondition(f, "Healthy").Status == "True" && getCondition(f, "Installed").Status == "True" {
-			rev, err := x.revision(ctx)
-			if err == nil {
-				if ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint"); ep == endpoint {
-					return nil
-				}
-			}
+		last = ""
+		cfgReady := false
+		if c, err := k.get(ctx, gvkConfiguration, "", cfgName); err == nil {
+			last = "Configuration: " + conditionsString(c)
+			cfgReady = getCondition(c, "Installed").Status == "True" && getCondition(c, "Healthy").Status == "True"
 		}
-		if err == nil {
-			last = "Function: " + conditionsString(f)
-		}
-		rev, err := x.revision(ctx)
+		fnReady := false
+		fnClient, err := k.client(gvkFunction, "")
 		if err != nil {
-			last += "; " + err.Error()
-			time.Sleep(500 * time.Millisecond)
-			continue
+			return err
 		}
-		last += "; FunctionRevision: " + conditionsString(rev)
-		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
-		if ep != endpoint || getCondition(rev, "RuntimeHealthy").Status != "True" {
-			if err := x.patchRevision(ctx, rev, endpoint); err != nil {
-				last += "; patch: " + err.Error()
+		fns, err := fnClient.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(fns.Items) > 1 {
+			return fmt.Errorf("%d Functions installed, want the one the Configuration depends on", len(fns.Items))
+		}
+		for i := range fns.Items {
+			f := &fns.Items[i]
+			x.fnName = f.GetName()
+			last += fmt.Sprintf("; Function %s: %s", f.GetName(), conditionsString(f))
+			rev, err := x.revision(ctx)
+			if err != nil {
+				last += "; " + err.Error()
+				break
 			}
+			last += "; FunctionRevision: " + conditionsString(rev)
+			ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
+			if ep != endpoint || getCondition(rev, "RuntimeHealthy").Status != "True" {
+				if err := x.patchRevision(ctx, rev, endpoint); err != nil {
+					last += "; patch: " + err.Error()
+				}
+				break
+			}
+			fnReady = getCondition(f, "Installed").Status == "True" && getCondition(f, "Healthy").Status == "True"
+		}
+		if cfgReady && fnReady {
+			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Errorf("function %s not Healthy within 120s: %s", fnName, last)
+	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy within 180s: %s", cfgName, last)
 }
 
 func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, error) {
@@ -429,7 +419,7 @@ func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, 
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/package=" + fnName})
+	l, err := c.List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/package=" + x.fnName})
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +428,7 @@ func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, 
 			return &l.Items[i], nil
 		}
 	}
-	return nil, fmt.Errorf("no active FunctionRevision for %s yet (%d revisions)", fnName, len(l.Items))
+	return nil, fmt.Errorf("no active FunctionRevision for %s yet (%d revisions)", x.fnName, len(l.Items))
 }
 
 func (x *crossplane) patchRevision(ctx context.Context, rev *unstructured.Unstructured, endpoint string) error {

@@ -1,7 +1,11 @@
 // Package e2e holds the end-to-end suite of function-database: a real control
 // plane on one machine (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler, kwok for a fake node and pods) with Crossplane core running
-// out of cluster and calling the function over mTLS on 127.0.0.1.
+// out of cluster and calling the function over mTLS on 127.0.0.1. Core
+// installs the Database API and the function through its package manager:
+// both packages are built with hack/package.sh, pushed with hack/push.sh to a
+// registry serving TLS on 127.0.0.1, and a Configuration is applied
+// (registry_test.go, crossplane_test.go installPackages; docs/packaging.md).
 //
 // The tests are behind the e2e build tag:
 //
@@ -12,7 +16,8 @@
 // even when the suite passes; E2E_SKIP_TOOLS=1 skips calling the tool scripts
 // (binaries must already be in the cache); E2E_EXAMPLES=DIR uses another
 // folder laid out like example/ (rbac.yaml, xrd.yaml, composition.yaml,
-// xr.yaml, legacy/{xrd,composition,claim}.yaml).
+// xr.yaml, legacy/{xrd,composition,claim}.yaml); the Configuration is built
+// from its xrd.yaml and composition.yaml.
 //
 // Crossplane core and its RBAC manager run as the ServiceAccounts of
 // Crossplane's Helm chart (tokens from the TokenRequest API), with the

@@ -25,6 +25,7 @@ type suite struct {
 	dir  string // temporary folder: logs, PKI, etcd data, certificates
 	cl   *cluster
 	xp   *crossplane
+	reg  *ociRegistry // the packages' registry
 	k    *kube
 	node *node // the real node, started by the first real-node test
 
@@ -94,23 +95,30 @@ func (s *suite) setup(ctx context.Context) error {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	bin, coreBin, err := s.tools(ctx, logDir)
+	bin, err := s.tools(ctx, logDir)
 	if err != nil {
 		return err
 	}
 
-	// Build the function from the repository root while the cluster starts.
+	// While the cluster starts: build the function from the repository root
+	// (it runs here as a process) and both packages, as they ship.
 	fnBin := filepath.Join(s.dir, "bin", "function-database")
+	pkgDir := filepath.Join(s.dir, "packages")
 	fnErr := make(chan error, 1)
 	go func() {
 		t0 := time.Now()
 		err := run(ctx, filepath.Join(logDir, "go-build.log"), s.root, nil, "go", "build", "-o", fnBin, ".")
 		if err != nil {
-			err = fmt.Errorf("go build of the function: %w\n%s", err, tailFile(filepath.Join(logDir, "go-build.log"), 30))
-		} else {
-			logf("function built (%s)", time.Since(t0).Round(time.Millisecond))
+			fnErr <- fmt.Errorf("go build of the function: %w\n%s", err, tailFile(filepath.Join(logDir, "go-build.log"), 30))
+			return
 		}
-		fnErr <- err
+		logf("function built (%s)", time.Since(t0).Round(time.Millisecond))
+		if err := packages(ctx, s.root, pkgDir, s.example(), logDir, filepath.Join(bin, "crossplane"), filepath.Join(bin, "crane")); err != nil {
+			fnErr <- err
+			return
+		}
+		logf("packages built (%s)", time.Since(t0).Round(time.Millisecond))
+		fnErr <- nil
 	}()
 
 	s.cl, err = startCluster(ctx, s.dir, bin, logf)
@@ -122,16 +130,25 @@ func (s *suite) setup(ctx context.Context) error {
 	if err := <-fnErr; err != nil {
 		return err
 	}
-	s.xp, err = startCrossplane(ctx, s.dir, s.cl, coreBin, fnBin, s.root, logf)
+	if s.reg, err = startRegistry(s.dir); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	t0 := time.Now()
+	if err := s.reg.push(ctx, s.root, pkgDir, logDir, filepath.Join(bin, "crossplane")); err != nil {
+		return err
+	}
+	logf("packages pushed over HTTPS to the registry on %s (%s)", s.reg.addr, time.Since(t0).Round(time.Millisecond))
+	s.xp, err = startCrossplane(ctx, s.dir, s.cl, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.caFile, logf)
 	if err != nil {
 		return fmt.Errorf("crossplane: %w", err)
 	}
-	return s.applyExamples(ctx)
+	return s.install(ctx)
 }
 
-// tools builds or reuses the binaries (hack/cluster-tools.sh, hack/tools.sh
-// crossplane-core); both print their bin folder.
-func (s *suite) tools(ctx context.Context, logDir string) (string, string, error) {
+// tools builds or reuses the binaries (hack/cluster-tools.sh, hack/tools.sh:
+// Crossplane core, the crossplane CLI and crane); both print their bin
+// folder.
+func (s *suite) tools(ctx context.Context, logDir string) (string, error) {
 	t0 := time.Now()
 	var bin string
 	if os.Getenv("E2E_SKIP_TOOLS") != "" {
@@ -145,28 +162,25 @@ func (s *suite) tools(ctx context.Context, logDir string) (string, string, error
 		log := filepath.Join(logDir, "tools.log")
 		out, err := output(ctx, log, s.root, "bash", "hack/cluster-tools.sh")
 		if err != nil {
-			return "", "", fmt.Errorf("hack/cluster-tools.sh: %w\n%s", err, tailFile(log, 30))
+			return "", fmt.Errorf("hack/cluster-tools.sh: %w\n%s", err, tailFile(log, 30))
 		}
 		bin = strings.TrimSpace(lastLine(out))
-		out, err = output(ctx, log, s.root, "bash", "hack/tools.sh", "crossplane-core")
+		out, err = output(ctx, log, s.root, "bash", "hack/tools.sh")
 		if err != nil {
-			return "", "", fmt.Errorf("hack/tools.sh crossplane-core: %w\n%s", err, tailFile(log, 30))
+			return "", fmt.Errorf("hack/tools.sh: %w\n%s", err, tailFile(log, 30))
 		}
 		if b := strings.TrimSpace(lastLine(out)); b != bin {
-			return "", "", fmt.Errorf("tools in two folders: %s and %s", bin, b)
-		}
-		if out, err = output(ctx, log, s.root, "bash", "hack/tools.sh", "crossplane"); err != nil {
-			return "", "", fmt.Errorf("hack/tools.sh crossplane: %w\n%s", err, tailFile(log, 30))
+			return "", fmt.Errorf("tools in two folders: %s and %s", bin, b)
 		}
 	}
 	// kubectl and crossplane run the README's commands as users type them.
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwok-stages.yaml", "crossplane-core", "crossplane"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwok-stages.yaml", "crossplane-core", "crossplane", "crane", "kubectl"} {
 		if !fileExists(filepath.Join(bin, name)) {
-			return "", "", fmt.Errorf("no %s in %s", name, bin)
+			return "", fmt.Errorf("no %s in %s", name, bin)
 		}
 	}
 	logf("tools ready in %s (%s)", bin, time.Since(t0).Round(time.Millisecond))
-	return bin, filepath.Join(bin, "crossplane-core"), nil
+	return bin, nil
 }
 
 func lastLine(s string) string {
@@ -184,30 +198,59 @@ func (s *suite) example(parts ...string) string {
 	return filepath.Join(append([]string{dir}, parts...)...)
 }
 
-// applyExamples applies the project's ClusterRole for core and the v2 XRD
-// and Composition of the examples, as the README's install steps do (the
-// legacy ones are applied by the LegacyClaim scenario, so that a problem
-// there fails only that scenario).
-func (s *suite) applyExamples(ctx context.Context) error {
+// install installs the Database API as the README's install steps do: the
+// project's ClusterRole for core, then the Configuration from the registry,
+// which brings the v2 XRD and Composition and, as its dependency, the
+// function (the legacy pair is applied by the LegacyClaim scenario, so that
+// a problem there fails only that scenario).
+func (s *suite) install(ctx context.Context) error {
 	t0 := time.Now()
 	if err := s.applyCoreRole(ctx); err != nil {
 		return err
 	}
-	xrds, err := s.applyFiles(ctx, s.example("xrd.yaml"), s.example("composition.yaml"))
+	if err := s.xp.installPackages(ctx, s.reg); err != nil {
+		return err
+	}
+	logf("Configuration %s and Function %s installed from %s (%s)", cfgName, s.xp.fnName, s.reg.addr, time.Since(t0).Round(time.Millisecond))
+	xrd, err := readObject(s.example("xrd.yaml"))
 	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	if err := s.waitXRDs(wctx, xrd.GetName()); err != nil {
 		return err
 	}
 	o, err := readObject(s.example("xr.yaml"))
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
 	if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
 		return err
 	}
-	logf("examples applied: XRD %v established (%s)", xrds, time.Since(t0).Round(time.Millisecond))
+	logf("XRD %s from the Configuration established (%s)", xrd.GetName(), time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// useInstalledFunction points every pipeline step of a Composition applied
+// by hand at the Function the Configuration's dependency became, as the
+// README tells a platform team to: example/ names it function-database, the
+// name of a Function installed by hand.
+func (s *suite) useInstalledFunction(c *unstructured.Unstructured) error {
+	steps, _, err := unstructured.NestedSlice(c.Object, "spec", "pipeline")
+	if err != nil {
+		return err
+	}
+	for i := range steps {
+		step, ok := steps[i].(map[string]any)
+		if !ok {
+			return fmt.Errorf("Composition %s: pipeline step %d is not an object", c.GetName(), i)
+		}
+		if err := unstructured.SetNestedField(step, s.xp.fnName, "functionRef", "name"); err != nil {
+			return err
+		}
+	}
+	return unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline")
 }
 
 // coreRole reads example/rbac.yaml: the ClusterRole that lets core compose a
@@ -234,9 +277,10 @@ func (s *suite) applyCoreRole(ctx context.Context) error {
 	return s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...)
 }
 
-// applyFiles applies every object of the files and waits until the XRDs
-// among them are Established (and Offered, when they offer a claim) and the
-// RBAC manager has let core manage their kinds.
+// applyFiles applies every object of the files (Compositions calling the
+// installed Function) and waits until the XRDs among them are Established
+// (and Offered, when they offer a claim) and the RBAC manager has let core
+// manage their kinds.
 func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, error) {
 	var xrds []string
 	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
@@ -250,6 +294,11 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 			if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
 				return nil, err
 			}
+			if o.GetKind() == "Composition" {
+				if err := s.useInstalledFunction(o); err != nil {
+					return nil, err
+				}
+			}
 			if _, err := s.k.apply(wctx, o); err != nil {
 				return nil, fmt.Errorf("apply %s %s from %s: %w", o.GetKind(), o.GetName(), f, err)
 			}
@@ -258,10 +307,19 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 			}
 		}
 	}
-	for _, name := range xrds {
+	if err := s.waitXRDs(wctx, xrds...); err != nil {
+		return nil, err
+	}
+	return xrds, nil
+}
+
+// waitXRDs waits until the XRDs are Established (and Offered, when they
+// offer a claim) and the RBAC manager has let core manage their kinds.
+func (s *suite) waitXRDs(ctx context.Context, names ...string) error {
+	for _, name := range names {
 		var last string
-		err := retry(wctx, 90*time.Second, func() error {
-			x, err := s.k.get(wctx, gvkXRD, "", name)
+		err := retry(ctx, 90*time.Second, func() error {
+			x, err := s.k.get(ctx, gvkXRD, "", name)
 			if err != nil {
 				return err
 			}
@@ -275,13 +333,13 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := s.waitXRDRoles(wctx, name); err != nil {
-			return nil, err
+		if err := s.waitXRDRoles(ctx, name); err != nil {
+			return err
 		}
 	}
-	return xrds, nil
+	return nil
 }
 
 // waitXRDRoles waits until core may manage the XRD's kinds: the RBAC
@@ -328,6 +386,7 @@ func (s *suite) stop() {
 	if s.xp != nil {
 		s.xp.stop()
 	}
+	s.reg.stop()
 	if s.node != nil {
 		s.node.stop()
 	}

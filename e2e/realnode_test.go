@@ -64,15 +64,18 @@ func (s *suite) realNode(t *testing.T) {
 	}
 }
 
-// applyRealComposition applies example/composition.yaml under another name
-// with the function input's image set to the PostgreSQL image built here:
-// what a platform does for its mirror.
+// applyRealComposition applies example/composition.yaml under another name,
+// calling the installed Function, with the function input's image set to the
+// PostgreSQL image built here: what a platform does for its mirror.
 func (s *suite) applyRealComposition(ctx context.Context) error {
 	c, err := readObject(s.example("composition.yaml"))
 	if err != nil {
 		return err
 	}
 	c.SetName(realComposition)
+	if err := s.useInstalledFunction(c); err != nil {
+		return err
+	}
 	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
 	if len(steps) == 0 {
 		return fmt.Errorf("no pipeline in %s", s.example("composition.yaml"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The end-to-end suite in one command: builds (or reuses) the control-plane
-# tools and Crossplane core, then runs e2e/ (a real kube-apiserver, etcd,
-# controller-manager, scheduler, kwok and Crossplane core on 127.0.0.1, the
-# function built from this clone) and, for the real-node group, a kubelet +
+# tools, Crossplane core, the crossplane CLI and crane, then runs e2e/ (a real
+# kube-apiserver, etcd, controller-manager, scheduler, kwok and Crossplane
+# core on 127.0.0.1; both packages built from this clone, pushed to a registry
+# serving TLS on 127.0.0.1 and installed by core's package manager from a
+# Configuration, docs/packaging.md) and, for the real-node group, a kubelet +
 # containerd node running PostgreSQL in real pods (docs/real-node.md; root).
 # Called by .ci/run after the unit tests.
 #
@@ -12,15 +14,16 @@
 #   E2E_KEEP=1 hack/e2e.sh      keep the temporary folder (logs) on success too
 #
 # Cold (nothing cached): etcd install ~1 min, k8s binaries and kwok ~13 min of
-# CPU on 2 idle cores (much longer on a loaded machine), Crossplane core ~5 min.
-# Warm: tools ~1 s, suite ~1.5-2 min (setup ~15 s, of which NoChurn is 65 s).
+# CPU on 2 idle cores (much longer on a loaded machine), Crossplane core ~5 min,
+# the crossplane CLI ~10 min, the first arm64 build of the function ~8 min.
+# Warm: tools ~1 s, kwok group ~2 min (setup ~25 s, of which ~15 s build both
+# packages; NoChurn alone is 65 s).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 start=$SECONDS
 "$root/hack/cluster-tools.sh" >/dev/null
-"$root/hack/tools.sh" crossplane-core >/dev/null
-"$root/hack/tools.sh" crossplane >/dev/null # the README's commands (TestPlatformGuide)
+"$root/hack/tools.sh" >/dev/null # crossplane also runs the README's commands (TestPlatformGuide)
 echo "e2e: tools ready in $((SECONDS - start)) s"
 cd "$root/e2e"
 export E2E_SKIP_TOOLS=1 # just built above

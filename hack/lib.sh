@@ -69,3 +69,30 @@ require_go() {
 		return 1
 	fi
 }
+
+# function_name REGISTRY/REPOSITORY: the name Crossplane's package manager
+# gives the Function it installs for a dependency on that package: its
+# repository path (no registry) as a DNS label, as xpkg.ToDNSLabel in
+# crossplane-runtime does it (keep [a-z0-9]; '.', '/', ':', '-' become '-'
+# except at index 0, 62 and the end; stop after index 62; trim '-').
+# Fails unless the reference names a registry host and has no tag or digest.
+function_name() {
+	local ref=$1 host repo out='' c i
+	host=${ref%%/*}
+	repo=${ref#*/}
+	if [ "$host" = "$ref" ] || [ -z "$repo" ] || [[ $ref == *@* ]] || [[ ${ref##*/} == *:* ]] ||
+		! [[ $host == *.* || $host == *:* || $host == localhost ]]; then
+		return 1
+	fi
+	for ((i = 0; i < ${#repo}; i++)); do
+		c=${repo:i:1}
+		case $c in
+		[abcdefghijklmnopqrstuvwxyz0123456789]) out+=$c ;;
+		. | / | : | -) if ((i != 0 && i != 62 && i != ${#repo} - 1)); then out+=-; fi ;;
+		esac
+		((i != 62)) || break
+	done
+	while [[ $out == -* ]]; do out=${out#-}; done
+	while [[ $out == *- ]]; do out=${out%-}; done
+	echo "$out"
+}

@@ -1,7 +1,11 @@
-// Package pkg builds the function's package with hack/package.sh (no Docker),
-// pushes it with hack/push.sh to a loopback registry, pulls it back and checks
-// it: the package layer, the runtime image, and that the runtime's /function
-// serves a real render.
+// Package pkg builds the function's and the Configuration's packages with
+// hack/package.sh (no Docker), pushes them with hack/push.sh to a loopback
+// registry, pulls them back and checks them: the function's index has one
+// package per platform, each with its package layer and a runtime whose
+// /function is a static binary for that platform; the Configuration depends
+// on the function and its Composition names the Function that dependency
+// becomes; and the packaged binary serves a real render of the packaged
+// Composition.
 //
 //	go test ./test/pkg/    tools from hack/tools.sh, or CROSSPLANE_BIN / CROSSPLANE_CORE_BIN / CRANE_BIN
 package pkg
@@ -11,6 +15,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,13 +25,33 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/example/function-database/test/internal/testtools"
 )
+
+const (
+	// functionPackage is what the test builds the Configuration to depend
+	// on; the '.' in the path shows the naming rule at work.
+	functionPackage = "xpkg.example.test/platform.team/function-database"
+	// functionName is the Function Crossplane v2.3.4's package manager
+	// creates for that dependency: xpkg.ToDNSLabel of the repository path
+	// (resolver.NewPackage), written out here rather than derived again.
+	functionName = "platform-team-function-database"
+	version      = "v0.0.0-test"
+)
+
+// platforms are the function package's platforms and their ELF machines.
+var platforms = map[string]elf.Machine{
+	"linux/amd64": elf.EM_X86_64,
+	"linux/arm64": elf.EM_AARCH64,
+}
 
 type tools struct {
 	root, crossplane, core, crane string
@@ -55,33 +80,177 @@ func setup(t *testing.T) tools {
 }
 
 // env is the environment the hack scripts run with: these tools, this output.
-func (ts tools) env(out string) []string {
-	return append(os.Environ(),
-		"CROSSPLANE_BIN="+ts.crossplane, "CROSSPLANE_CORE_BIN="+ts.core, "CRANE_BIN="+ts.crane, "OUTPUT_DIR="+out)
+func (ts tools) env(out string, extra ...string) []string {
+	return append(append(os.Environ(),
+		"CROSSPLANE_BIN="+ts.crossplane, "CROSSPLANE_CORE_BIN="+ts.core, "CRANE_BIN="+ts.crane, "OUTPUT_DIR="+out), extra...)
 }
+
+// The OCI (or Docker) documents the test reads, as crane prints them.
+type (
+	descriptor struct {
+		MediaType   string            `json:"mediaType"`
+		Digest      string            `json:"digest"`
+		Annotations map[string]string `json:"annotations"`
+		Platform    *struct {
+			OS           string `json:"os"`
+			Architecture string `json:"architecture"`
+		} `json:"platform"`
+	}
+	index struct {
+		MediaType string       `json:"mediaType"`
+		Manifests []descriptor `json:"manifests"`
+	}
+	manifest struct {
+		Layers []descriptor `json:"layers"`
+	}
+	imageConfig struct {
+		OS           string `json:"os"`
+		Architecture string `json:"architecture"`
+		Config       struct {
+			Entrypoint   []string            `json:"Entrypoint"`
+			User         string              `json:"User"`
+			ExposedPorts map[string]struct{} `json:"ExposedPorts"`
+		} `json:"config"`
+	}
+)
+
+// The package.yaml objects the test reads: only the fields it checks.
+type (
+	object struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	functionMeta struct {
+		object
+		Spec struct {
+			Capabilities []string `json:"capabilities"`
+		} `json:"spec"`
+	}
+	inputCRD struct {
+		object
+		Spec struct {
+			Group string `json:"group"`
+			Names struct {
+				Kind string `json:"kind"`
+			} `json:"names"`
+		} `json:"spec"`
+	}
+	configurationMeta struct {
+		object
+		Spec struct {
+			DependsOn []struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Package    string `json:"package"`
+				Version    string `json:"version"`
+			} `json:"dependsOn"`
+		} `json:"spec"`
+	}
+	composition struct {
+		object
+		Spec struct {
+			Pipeline []struct {
+				Step        string `json:"step"`
+				FunctionRef struct {
+					Name string `json:"name"`
+				} `json:"functionRef"`
+			} `json:"pipeline"`
+		} `json:"spec"`
+	}
+)
 
 func TestPackage(t *testing.T) {
 	ts := setup(t)
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "output")
 
-	run(t, ts.root, ts.env(out), filepath.Join("hack", "package.sh"))
-	repo := startRegistry(t, ts.crane, filepath.Join(tmp, "registry")) + "/test/function-database"
-	ref := repo + ":v0.0.0-test"
-	run(t, ts.root, ts.env(out), filepath.Join("hack", "push.sh"), ref)
+	run(t, ts.root, ts.env(out, "FUNCTION_PACKAGE="+functionPackage), filepath.Join("hack", "package.sh"))
+	registry := startRegistry(t, ts.crane, filepath.Join(tmp, "registry"))
+	fnRepo, cfgRepo := registry+"/test/function-database", registry+"/test/configuration-database"
+	run(t, ts.root, ts.env(out), filepath.Join("hack", "push.sh"), fnRepo+":"+version, cfgRepo+":"+version)
 
-	var manifest struct {
-		Layers []struct {
-			Digest      string            `json:"digest"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"layers"`
+	// The function: an index of one package per platform.
+	var idx index
+	decode(t, run(t, ts.root, nil, ts.crane, "manifest", fnRepo+":"+version), &idx)
+	if !strings.Contains(idx.MediaType, "index") && !strings.Contains(idx.MediaType, "manifest.list") {
+		t.Fatalf("%s:%s is a %q, want an image index", fnRepo, version, idx.MediaType)
 	}
-	decode(t, run(t, ts.root, nil, ts.crane, "manifest", ref), &manifest)
-	if len(manifest.Layers) != 2 {
-		t.Fatalf("the package has %d layers, want 2 (runtime, package): %+v", len(manifest.Layers), manifest.Layers)
+	var got []string
+	var host string
+	for _, m := range idx.Manifests {
+		if m.Platform == nil {
+			t.Errorf("index entry %s has no platform", m.Digest)
+			continue
+		}
+		p := m.Platform.OS + "/" + m.Platform.Architecture
+		got = append(got, p)
+		machine, ok := platforms[p]
+		if !ok {
+			t.Errorf("index entry %s is for %s, which the package is not built for", m.Digest, p)
+			continue
+		}
+		t.Run(p, func(t *testing.T) {
+			fn := checkFunctionPackage(t, ts, fnRepo+"@"+m.Digest, m.Platform.OS, m.Platform.Architecture, machine)
+			if p == runtime.GOOS+"/"+runtime.GOARCH && fn != nil {
+				host = filepath.Join(tmp, "function")
+				if err := os.WriteFile(host, fn, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
+	if want := slices.Sorted(maps.Keys(platforms)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Errorf("the index holds platforms %v, want one each of %v", got, want)
+	}
+
+	// The Configuration: the XRD and the Composition, whose functionRef is
+	// the Function its dependency becomes.
+	cfgDir := filepath.Join(tmp, "configuration")
+	checkConfiguration(t, ts, cfgRepo+":"+version, cfgDir)
+
+	// The host's /function, pulled back, serves a render of the packaged
+	// Composition under the name its Function gets.
+	if host == "" {
+		t.Fatalf("no package for this machine's platform %s/%s to render with", runtime.GOOS, runtime.GOARCH)
+	}
+	functions := filepath.Join(cfgDir, "functions.yaml")
+	if err := os.WriteFile(functions, []byte(`apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: `+functionName+`
+spec:
+  package: `+functionPackage+`:`+version+`
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rendered := run(t, ts.root, ts.env(out, "FUNCTION_BIN="+host,
+		"RENDER_COMPOSITION="+filepath.Join(cfgDir, "composition.yaml"),
+		"RENDER_XRD="+filepath.Join(cfgDir, "xrd.yaml"),
+		"RENDER_FUNCTIONS="+functions),
+		filepath.Join("hack", "render.sh"), "example/xr.yaml")
+	if !slices.ContainsFunc(strings.Split(string(rendered), "\n---\n"), func(doc string) bool {
+		return hasLine(doc, "kind: StatefulSet") && strings.Contains(doc, "containers:") && strings.Contains(doc, "image: ")
+	}) {
+		t.Errorf("the render served by the packaged function holds no StatefulSet with containers:\n%s", rendered)
+	}
+}
+
+// checkFunctionPackage checks one platform's package: the package layer with
+// the Function's metadata and input CRD, the runtime's config, and /function,
+// a static ELF for the platform's machine, which it returns.
+func checkFunctionPackage(t *testing.T, ts tools, ref, goos, goarch string, machine elf.Machine) []byte {
+	t.Helper()
+	var m manifest
+	decode(t, run(t, ts.root, nil, ts.crane, "manifest", ref), &m)
+	if len(m.Layers) != 2 {
+		t.Fatalf("the package has %d layers, want 2 (runtime, package): %+v", len(m.Layers), m.Layers)
+	}
+	repo, _, _ := strings.Cut(ref, "@")
 	var pkgYAML, function []byte
-	for _, l := range manifest.Layers {
+	for _, l := range m.Layers {
 		files := untar(t, run(t, ts.root, nil, ts.crane, "blob", repo+"@"+l.Digest))
 		if l.Annotations["io.crossplane.xpkg"] == "base" {
 			pkgYAML = files["/package.yaml"]
@@ -100,60 +269,61 @@ func TestPackage(t *testing.T) {
 	if function == nil {
 		t.Fatal("no runtime layer holds /function")
 	}
-	checkPackageYAML(t, pkgYAML)
+	checkFunctionYAML(t, pkgYAML)
 
-	var config struct {
-		OS           string `json:"os"`
-		Architecture string `json:"architecture"`
-		Config       struct {
-			Entrypoint   []string            `json:"Entrypoint"`
-			User         string              `json:"User"`
-			ExposedPorts map[string]struct{} `json:"ExposedPorts"`
-		} `json:"config"`
-	}
+	var config imageConfig
 	decode(t, run(t, ts.root, nil, ts.crane, "config", ref), &config)
 	if c := config.Config; !slices.Equal(c.Entrypoint, []string{"/function"}) || c.User != "65532" ||
 		len(c.ExposedPorts) != 1 || c.ExposedPorts["9443/tcp"] != struct{}{} {
 		t.Errorf("image config: entrypoint %q, user %q, exposed ports %v; want [/function], 65532, 9443/tcp",
 			c.Entrypoint, c.User, slices.Sorted(maps.Keys(c.ExposedPorts)))
 	}
-	if config.OS != "linux" || config.Architecture != "amd64" {
-		t.Errorf("image platform %s/%s, want linux/amd64", config.OS, config.Architecture)
+	if config.OS != goos || config.Architecture != goarch {
+		t.Errorf("image config platform %s/%s, want %s/%s as in the index", config.OS, config.Architecture, goos, goarch)
 	}
 
-	// The pulled /function serves a real render.
-	bin := filepath.Join(tmp, "function")
-	if err := os.WriteFile(bin, function, 0o755); err != nil {
-		t.Fatal(err)
+	f, err := elf.NewFile(bytes.NewReader(function))
+	if err != nil {
+		t.Fatalf("/function is not an ELF file: %v", err)
 	}
-	rendered := run(t, ts.root, append(ts.env(out), "FUNCTION_BIN="+bin), filepath.Join("hack", "render.sh"), "example/xr.yaml")
-	if !slices.ContainsFunc(strings.Split(string(rendered), "\n---\n"), func(doc string) bool {
-		return hasLine(doc, "kind: StatefulSet") && strings.Contains(doc, "containers:") && strings.Contains(doc, "image: ")
-	}) {
-		t.Errorf("the render served by the packaged function holds no StatefulSet with containers:\n%s", rendered)
+	if f.Machine != machine || f.Class != elf.ELFCLASS64 {
+		t.Errorf("/function is a %s %s ELF, want %s %s", f.Class, f.Machine, elf.ELFCLASS64, machine)
 	}
+	// Static: the runtime image has nothing but /function, so no loader.
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("/function asks for a program interpreter: not a static binary")
+		}
+	}
+	return function
 }
 
-// checkPackageYAML checks the package stream: the Function's metadata and the
-// function's input CRD.
-func checkPackageYAML(t *testing.T, b []byte) {
+// checkFunctionYAML checks the function package's stream: the Function's
+// metadata and the function's input CRD.
+func checkFunctionYAML(t *testing.T, b []byte) {
 	t.Helper()
 	var meta, crd bool
-	for doc := range strings.SplitSeq(string(b), "\n---") {
-		switch {
-		case strings.Contains(doc, "apiVersion: meta.pkg.crossplane.io/") && hasLine(doc, "kind: Function"):
+	for _, doc := range yamlDocs(b) {
+		var o object
+		unmarshal(t, doc, &o)
+		switch o.Kind {
+		case "Function":
 			meta = true
-			if !regexp.MustCompile(`(?m)^  name: function-database$`).MatchString(doc) {
-				t.Errorf("the Function's metadata is not named function-database:\n%s", doc)
+			var fn functionMeta
+			unmarshal(t, doc, &fn)
+			if fn.APIVersion != "meta.pkg.crossplane.io/v1" || fn.Metadata.Name != "function-database" || !slices.Equal(fn.Spec.Capabilities, []string{"composition"}) {
+				t.Errorf("Function metadata: %s %q, capabilities %v; want meta.pkg.crossplane.io/v1, function-database, [composition]",
+					fn.APIVersion, fn.Metadata.Name, fn.Spec.Capabilities)
 			}
-			if !regexp.MustCompile(`(?m)^  capabilities:\n  - composition$`).MatchString(doc) {
-				t.Errorf("the Function's metadata has no capabilities [composition]:\n%s", doc)
-			}
-		case hasLine(doc, "kind: CustomResourceDefinition"):
+		case "CustomResourceDefinition":
 			crd = true
-			if !hasLine(doc, "  group: database.fn.example.com") || !regexp.MustCompile(`(?m)^    kind: Input$`).MatchString(doc) {
-				t.Errorf("the CRD is not the function's input (database.fn.example.com, kind Input):\n%s", doc)
+			var c inputCRD
+			unmarshal(t, doc, &c)
+			if c.Spec.Group != "database.fn.example.com" || c.Spec.Names.Kind != "Input" {
+				t.Errorf("the CRD is %s kind %s, want the function's input (database.fn.example.com, kind Input)", c.Spec.Group, c.Spec.Names.Kind)
 			}
+		default:
+			t.Errorf("the function package holds a %s %s", o.Kind, o.Metadata.Name)
 		}
 	}
 	if !meta || !crd {
@@ -161,8 +331,115 @@ func checkPackageYAML(t *testing.T, b []byte) {
 	}
 }
 
+// checkConfiguration pulls the Configuration and checks its stream: the
+// Configuration's metadata with its dependency on the function, the XRD and
+// the Composition of example/, the Composition's functionRef set to the
+// Function the dependency becomes. It writes the XRD and the Composition to
+// dir.
+func checkConfiguration(t *testing.T, ts tools, ref, dir string) {
+	t.Helper()
+	var m manifest
+	decode(t, run(t, ts.root, nil, ts.crane, "manifest", ref), &m)
+	if len(m.Layers) != 1 || m.Layers[0].Annotations["io.crossplane.xpkg"] != "base" {
+		t.Fatalf("the Configuration has layers %+v, want one, annotated io.crossplane.xpkg: base", m.Layers)
+	}
+	repo, _, _ := strings.Cut(ref, ":"+version)
+	pkgYAML := untar(t, run(t, ts.root, nil, ts.crane, "blob", repo+"@"+m.Layers[0].Digest))["/package.yaml"]
+	if pkgYAML == nil {
+		t.Fatal("the Configuration's layer holds no package.yaml")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"Configuration": false, "CompositeResourceDefinition": false, "Composition": false}
+	for _, doc := range yamlDocs(pkgYAML) {
+		var o object
+		unmarshal(t, doc, &o)
+		if seen, ok := want[o.Kind]; !ok || seen {
+			t.Errorf("the Configuration holds an unexpected %s %s", o.Kind, o.Metadata.Name)
+			continue
+		}
+		want[o.Kind] = true
+		switch o.Kind {
+		case "Configuration":
+			var c configurationMeta
+			unmarshal(t, doc, &c)
+			if c.APIVersion != "meta.pkg.crossplane.io/v1" || len(c.Spec.DependsOn) != 1 {
+				t.Errorf("Configuration metadata %s with %d dependencies, want meta.pkg.crossplane.io/v1 with 1", c.APIVersion, len(c.Spec.DependsOn))
+				continue
+			}
+			if d := c.Spec.DependsOn[0]; d.APIVersion != "pkg.crossplane.io/v1" || d.Kind != "Function" || d.Package != functionPackage || d.Version == "" {
+				t.Errorf("dependency %+v, want a pkg.crossplane.io/v1 Function %s with a version constraint", d, functionPackage)
+			}
+		case "CompositeResourceDefinition":
+			if o.Metadata.Name != "databases.example.com" {
+				t.Errorf("the XRD is %s, want example/xrd.yaml's databases.example.com", o.Metadata.Name)
+			}
+			writeFile(t, filepath.Join(dir, "xrd.yaml"), doc)
+		case "Composition":
+			var c composition
+			unmarshal(t, doc, &c)
+			if len(c.Spec.Pipeline) == 0 {
+				t.Errorf("the Composition %s has no pipeline", c.Metadata.Name)
+			}
+			for _, s := range c.Spec.Pipeline {
+				if s.FunctionRef.Name != functionName {
+					t.Errorf("step %s calls Function %q, want %q: the name Crossplane gives the dependency %s", s.Step, s.FunctionRef.Name, functionName, functionPackage)
+				}
+			}
+			writeFile(t, filepath.Join(dir, "composition.yaml"), doc)
+		}
+	}
+	for kind, seen := range want {
+		if !seen {
+			t.Errorf("the Configuration holds no %s", kind)
+		}
+	}
+}
+
+// TestPackageRefusesUnqualified: the Configuration's dependency must name a
+// registry, or Crossplane would look for the function on its default one.
+func TestPackageRefusesUnqualified(t *testing.T) {
+	ts := setup(t)
+	for _, ref := range []string{"acme/function-database", "xpkg.example.test/acme/function-database:v0.1.0", "xpkg.example.test"} {
+		cmd := exec.Command(filepath.Join(ts.root, "hack", "package.sh"))
+		cmd.Env = ts.env(t.TempDir(), "FUNCTION_PACKAGE="+ref)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "is not REGISTRY/REPOSITORY") {
+			t.Errorf("FUNCTION_PACKAGE=%s: %v, want exit status 2 and why:\n%s", ref, err, out)
+		}
+	}
+}
+
 func hasLine(doc, line string) bool {
 	return slices.Contains(strings.Split(doc, "\n"), line)
+}
+
+// yamlDocs splits a YAML stream into its non-empty documents.
+func yamlDocs(b []byte) [][]byte {
+	var docs [][]byte
+	for doc := range strings.SplitSeq(string(b), "\n---") {
+		doc = strings.TrimPrefix(strings.TrimPrefix(doc, "---"), "\n")
+		if strings.TrimSpace(doc) != "" {
+			docs = append(docs, []byte(doc))
+		}
+	}
+	return docs
+}
+
+func unmarshal(t *testing.T, doc []byte, v any) {
+	t.Helper()
+	if err := yaml.Unmarshal(doc, v); err != nil {
+		t.Fatalf("%v:\n%s", err, doc)
+	}
+}
+
+func writeFile(t *testing.T, name string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startRegistry serves a registry on a free loopback port until the test ends
