@@ -12,7 +12,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // guideSection is the README section whose commands TestPlatformGuide runs.
@@ -134,6 +136,25 @@ func (s *suite) testPlatformGuide(t *testing.T) {
 		// Volumes the guide leaves on purpose; later tests need none.
 		_ = s.k.cs.CoreV1().PersistentVolumeClaims("shop").DeleteCollection(context.Background(), metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=orders"})
+	})
+
+	// A user's cluster has no claim yet. LegacyClaim's claim has the
+	// README's name: left in place, the guide's wait for Ready would pass on
+	// what that scenario composed, not on what the README's commands do.
+	claim, err := readObject(s.example("legacy", "claim.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := func(err error) bool { return apierrors.IsNotFound(err) || meta.IsNoMatchError(err) } // no such claim, or no legacy XRD yet
+	if err := s.k.delete(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName()); err != nil && !absent(err) {
+		t.Fatalf("deleting an earlier claim %s/%s: %v", claim.GetNamespace(), claim.GetName(), err)
+	}
+	gone("an earlier claim "+claim.GetNamespace()+"/"+claim.GetName(), func() error {
+		_, err := s.k.get(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName())
+		if absent(err) {
+			return apierrors.NewNotFound(schema.GroupResource{}, claim.GetName())
+		}
+		return err
 	})
 
 	ran := map[string]bool{}
