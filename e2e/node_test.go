@@ -153,13 +153,7 @@ func (n *node) binary(name string) string { return filepath.Join(n.bin, name) }
 // host (HOST:PORT) whose certificate the CA in caFile signed; nothing else
 // on the machine trusts that CA.
 func (n *node) trustRegistry(host, caFile string) error {
-	dir := n.path("containerd", "certs.d", host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n",
-		"https://"+host, "https://"+host, caFile)
-	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
+	return n.mirrorRegistry(host, host, caFile)
 }
 
 func (n *node) path(parts ...string) string {
