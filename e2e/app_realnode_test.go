@@ -88,6 +88,20 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 			_ = s.k.delete(context.Background(), o.GroupVersionKind(), ns, o.GetName())
 		}
 		_ = s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), "app-reader", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		// Deleting the Deployment only starts its pods' end: one still
+		// running writes heartbeat rows into the data later scenarios
+		// compare (seen: DeleteRetainRecreate's checksums). Wait it out.
+		sel := metav1.FormatLabelSelector(dep.Spec.Selector)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+			pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+			if err == nil && len(pods.Items) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the app's pods still there 2m after its Deployment was deleted: %v", err)
+				return
+			}
+		}
 	})
 
 	selector := metav1.FormatLabelSelector(dep.Spec.Selector)
