@@ -510,13 +510,35 @@ func TestRealNode(t *testing.T) {
 	s.step(t, "PasswordChange", func(t *testing.T) {
 		old := s.password(t, ns, db)
 		const nw = "a-new-password-set-by-the-app-team-0123"
-		sec, err := s.k.cs.CoreV1().Secrets(ns).Get(context.Background(), db+"-credentials", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+		// As the README says (Known limits): edit once the Database is
+		// Ready, then check the edit was adopted (the function copies the
+		// password into N-superuser); a reconcile that was already in
+		// flight applies the Secret it computed before the edit and puts
+		// the old password back, and the edit is made again.
+		s.waitRealReady(t, d)
+		adopted := false
+		for attempt := 1; attempt <= 3 && !adopted; attempt++ {
+			sec, err := s.k.cs.CoreV1().Secrets(ns).Get(context.Background(), db+"-credentials", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec.Data["password"] = []byte(nw)
+			if _, err := s.k.cs.CoreV1().Secrets(ns).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+				if s.secretKey(t, ns, db+"-superuser", "app-password") == nw {
+					adopted = true
+					break
+				}
+				if s.secretKey(t, ns, db+"-credentials", "password") == old {
+					t.Logf("edit %d: a reconcile in flight put the old password back; editing again", attempt)
+					break
+				}
+			}
 		}
-		sec.Data["password"] = []byte(nw)
-		if _, err := s.k.cs.CoreV1().Secrets(ns).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
+		if !adopted {
+			t.Fatalf("the new password in %s-credentials was not adopted after 3 edits", db)
 		}
 		try := func(pw string) error {
 			_, err := s.exec(ns, app, "bash", "-c", fmt.Sprintf(`PGPASSWORD=%q exec psql "host=%s" -X -A -t -c 'SELECT 1'`, pw, svc(db, ns)))
