@@ -189,10 +189,13 @@ func (s *suite) testOriginal(t *testing.T) {
 		sts = s.statefulSet(t, ns, n)
 		return ptrInt(sts.Spec.Replicas) == 2, fmt.Sprintf("replicas %d", ptrInt(sts.Spec.Replicas))
 	})
-	u = s.waitReady(t, d)
-	if got := str(u, "status", "replicas"); got != "2" {
-		t.Errorf("status.replicas after the patch = %s, want 2", got)
-	}
+	// Ready may still be the large Database's: status.replicas follows the
+	// StatefulSet's status, a reconcile later.
+	eventually(t, syncWait, "Ready with status.replicas 2", func() (bool, string) {
+		u = d.get(t)
+		return getCondition(u, "Ready").Status == "True" && str(u, "status", "replicas") == "2",
+			"status.replicas " + str(u, "status", "replicas") + "; " + conditionsString(u)
+	})
 	if _, err := s.getObj(ns, obj{gvkCronJob, n + "-backup"}); err != nil {
 		t.Errorf("CronJob %s-backup after the patch: %v (backups must stay on)", n, err)
 	}
