@@ -1,14 +1,17 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -44,13 +47,65 @@ func TestGoldenExamples(t *testing.T) {
 			if r := rsp.GetResults(); len(r) > 0 {
 				t.Fatalf("example %s: unexpected results: %v", ex.xr, r)
 			}
-			golden(t, ex.name+".new.yaml", responseYAML(t, rsp))
+			golden(t, ex.name+".new.yaml", responseYAML(t, withPinnedScripts(t, rsp)))
 
 			req.Observed.Resources = observedFrom(t, rsp, true)
 			running := runTest(t, req)
-			golden(t, ex.name+".running.yaml", responseYAML(t, running))
+			golden(t, ex.name+".running.yaml", responseYAML(t, withPinnedScripts(t, running)))
 		})
 	}
+}
+
+// scriptsPin is the one golden file that holds the scripts the scripts
+// ConfigMap ships; the response goldens show a reference to it instead, so
+// that an edit to a script changes this file and no response golden (an
+// edit to a script the instances run still changes their config-hash
+// annotation: that is the pods rolling, which a reviewer must see).
+const scriptsPin = "scripts.txt"
+
+// TestGoldenScripts pins the scripts every scripts ConfigMap ships, one
+// section per key, as plain text: readable, and a diff shows the lines that
+// changed (JSON-quoted in a response golden, a script is one long string).
+func TestGoldenScripts(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# The scripts every scripts ConfigMap ships (data key: content), pinned once here;\n")
+	b.WriteString("# the response goldens (testdata/*.yaml, test/render/testdata/) show a reference instead.\n")
+	for _, name := range slices.Sorted(maps.Keys(scriptFiles)) {
+		b.WriteString("\n=== " + name + "\n" + scriptFiles[name])
+	}
+	golden(t, scriptsPin, []byte(b.String()))
+}
+
+// pinnedScript is what a response golden shows for the script name: where
+// its content is pinned.
+func pinnedScript(name string) string {
+	return "(scripts/" + name + ", pinned in testdata/" + scriptsPin + ")"
+}
+
+// withPinnedScripts returns a copy of rsp whose scripts ConfigMap shows
+// pinnedScript for each script. It fails the test when a script's content is
+// not exactly the embedded file (which TestGoldenScripts pins), so the
+// response goldens stay as strict as when they held the content.
+func withPinnedScripts(t *testing.T, rsp *fnv1.RunFunctionResponse) *fnv1.RunFunctionResponse {
+	t.Helper()
+	out := proto.CloneOf(rsp)
+	cm := out.GetDesired().GetResources()[string(rnScripts)].GetResource()
+	data := cm.GetFields()["data"].GetStructValue()
+	if data == nil {
+		t.Fatalf("the response has no scripts ConfigMap with data")
+	}
+	for name, want := range scriptFiles {
+		got, ok := data.GetFields()[name]
+		if !ok {
+			t.Errorf("the scripts ConfigMap lacks %s", name)
+			continue
+		}
+		if got.GetStringValue() != want {
+			t.Errorf("the scripts ConfigMap's %s is not the embedded scripts/%s:\n%s", name, name, lineDiff(want, got.GetStringValue()))
+		}
+		data.Fields[name] = structpb.NewStringValue(pinnedScript(name))
+	}
+	return out
 }
 
 // TestObservedFixtures writes example/observed/: the medium Database's

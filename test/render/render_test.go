@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 
+	"github.com/example/function-database/scripts"
 	"github.com/example/function-database/test/internal/testtools"
 )
 
@@ -238,7 +240,7 @@ func TestRender(t *testing.T) {
 	for _, x := range xs {
 		t.Run(x.name, func(t *testing.T) {
 			out := render(t, x)
-			got := normalize(out, x.observed == "")
+			got := normalize(t, out, x.observed == "")
 			if *update {
 				if err := os.WriteFile(goldenPath(x.name), got, 0o644); err != nil {
 					t.Fatal(err)
@@ -277,7 +279,7 @@ func TestRenderScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hack/render.sh: %v\n%s", err, stderr.Bytes())
 	}
-	compareGolden(t, "xr", normalize(out, true))
+	compareGolden(t, "xr", normalize(t, out, true))
 }
 
 // render renders an example with the function's results (-r) and the whole XR
@@ -381,14 +383,19 @@ func compareGolden(t *testing.T, name string, got []byte) {
 //   - Crossplane core reports "Composed resource ... is not yet ready" results
 //     in map order: those are sorted among themselves.
 //
-// Condition timestamps are already fixed by the CLI.
-func normalize(out []byte, randomPasswords bool) []byte {
+// Condition timestamps are already fixed by the CLI. The scripts ConfigMap's
+// scripts are checked against the embedded files and replaced by a reference
+// to their one golden (pinScripts).
+func normalize(t *testing.T, out []byte, randomPasswords bool) []byte {
+	t.Helper()
 	docs := documents(out)
 	var results []int
 	for i, doc := range docs {
 		switch {
 		case randomPasswords && hasLine(doc, "kind: Secret"):
 			docs[i] = maskPasswords(doc)
+		case hasLine(doc, "kind: ConfigMap"):
+			docs[i] = pinScripts(t, doc)
 		case hasLine(doc, "kind: Result") && hasLine(doc, "reason: ComposeResources"):
 			results = append(results, i)
 		}
@@ -402,6 +409,39 @@ func normalize(out []byte, randomPasswords bool) []byte {
 		docs[i] = sorted[j]
 	}
 	return []byte("---\n" + strings.Join(docs, "---\n"))
+}
+
+// pinScripts replaces each script of a rendered scripts ConfigMap by a
+// reference to testdata/scripts.txt at the repository's root, the one golden
+// that holds them (the root package's TestGoldenScripts): a script edit then
+// changes that file, not every rendering. The content must be exactly the
+// embedded script, so the goldens stay as strict as when they held it.
+func pinScripts(t *testing.T, doc string) string {
+	t.Helper()
+	var cm map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+		t.Fatalf("cannot parse a rendered ConfigMap: %v", err)
+	}
+	data, _ := cm["data"].(map[string]any)
+	if data == nil {
+		return doc
+	}
+	for name, want := range scripts.Files() {
+		got, ok := data[name].(string)
+		if !ok {
+			t.Errorf("the rendered ConfigMap lacks %s", name)
+			continue
+		}
+		if got != want {
+			t.Errorf("the rendered ConfigMap's %s is not the embedded scripts/%s (-want +got):\n%s", name, name, cmp.Diff(want, got))
+		}
+		data[name] = "(scripts/" + name + ", pinned in testdata/scripts.txt)"
+	}
+	b, err := yaml.Marshal(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // maskPasswords replaces the passwords in a Secret's data (base64 values, one
