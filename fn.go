@@ -93,9 +93,9 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		opt := newCondition(rsp, c)
 		opt.TargetCompositeAndClaim()
 	}
-	// A Warning only while a change is blocked; the SpecApplied condition is
-	// the durable signal.
-	for _, b := range p.Blocked {
+	// A Warning only when a blocked change first appears; the SpecApplied
+	// condition is the durable signal (newlyBlocked).
+	for _, b := range newlyBlocked(xr, p.Blocked) {
 		response.Warning(rsp, errors.New(b.Message)).WithReason(b.Reason).TargetCompositeAndClaim()
 	}
 	log.Debug("Composed a Database", "resources", len(desired), "blocked", len(p.Blocked))
