@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Static checks CI enforces: gofmt, go vet, golangci-lint (pinned, built from
-# the Go module proxy into the cache), go mod tidy and go generate freshness.
+# Static checks CI enforces (make lint): gofmt, go vet, shellcheck over hack/
+# and .ci/, golangci-lint (pinned, built from the Go module proxy into the
+# cache), go mod tidy and go generate freshness (hack/generate.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,11 +32,10 @@ shellcheck -x hack/*.sh .ci/run
 echo "lint: golangci-lint" >&2
 "$lint" run ./...
 
-echo "lint: go mod tidy and go generate are fresh" >&2
-go mod tidy
-go generate -tags generate ./input/...
+echo "lint: go mod tidy and go generate are fresh (hack/generate.sh)" >&2
+hack/generate.sh
 if [ -n "$(git status --porcelain -- go.mod go.sum package/input input/v1beta1)" ]; then
 	git --no-pager diff -- go.mod go.sum package/input input/v1beta1 >&2
-	echo "go.mod/go.sum or generated files are stale: run go mod tidy && go generate -tags generate ./input/... and commit" >&2
+	echo "go.mod/go.sum or generated files are stale: run make generate (hack/generate.sh) and commit" >&2
 	exit 1
 fi

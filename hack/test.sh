@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command, and all CI runs (.ci/run calls it): sets up a
-# fresh Debian machine, then runs every test level.
+# fresh Debian machine, then runs every test level. The Makefile's targets
+# run the same scripts: make ci is this, make test is `unit`, make lint is
+# hack/lint.sh, make e2e is hack/e2e.sh.
 #
 #   hack/test.sh           everything: lint, go test (unit, scripts on a real
 #                          PostgreSQL, render, package), benchmarks, fuzzing, e2e
