@@ -37,7 +37,7 @@ spec: {version: "17", size: large, backup: {enabled: true}, restoreFrom: {databa
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	p := makePlan(db, &observed{}, func() string { return "pw" })
+	p := makePlan(db, observedOf(t, nil), func() string { return "pw" })
 	out := map[string]runtime.Object{}
 	for name, obj := range compose(db, p) {
 		out[string(name)] = obj.(runtime.Object) //nolint:forcetypeassert // builders return typed objects

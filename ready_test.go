@@ -7,7 +7,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -51,24 +53,27 @@ func TestStatefulSetReady(t *testing.T) {
 func TestReady(t *testing.T) {
 	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
 	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}}
+	type objs = map[resource.Name]runtime.Object
 	cases := map[string]struct {
-		name resource.Name
-		o    *observed
-		want fnv1.Ready
+		reason string
+		name   resource.Name
+		obs    objs
+		want   fnv1.Ready
 	}{
-		"SecretObserved":      {rnCredentials, &observed{exists: map[resource.Name]bool{rnCredentials: true}}, fnv1.Ready_READY_TRUE},
-		"SecretNotObserved":   {rnCredentials, &observed{exists: map[resource.Name]bool{}}, fnv1.Ready_READY_FALSE},
-		"PDBObserved":         {rnPDB, &observed{exists: map[resource.Name]bool{rnPDB: true}}, fnv1.Ready_READY_TRUE},
-		"CronJobNeverRan":     {rnBackup, &observed{exists: map[resource.Name]bool{rnBackup: true}, Backup: &batchv1.CronJob{}}, fnv1.Ready_READY_TRUE},
-		"RestoreRunning":      {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: &batchv1.Job{}}, fnv1.Ready_READY_FALSE},
-		"RestoreComplete":     {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: complete}, fnv1.Ready_READY_TRUE},
-		"RestoreFailed":       {rnRestore, &observed{exists: map[resource.Name]bool{rnRestore: true}, Restore: failed}, fnv1.Ready_READY_FALSE},
-		"StatefulSetStarting": {rnStatefulSet, &observed{exists: map[resource.Name]bool{rnStatefulSet: true}, StatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1})}, fnv1.Ready_READY_FALSE},
+		"SecretObserved":      {"a Secret works once it exists", rnCredentials, objs{rnCredentials: &corev1.Secret{}}, fnv1.Ready_READY_TRUE},
+		"SecretNotObserved":   {"nothing observed, nothing ready", rnCredentials, objs{}, fnv1.Ready_READY_FALSE},
+		"PDBObserved":         {"a PDB works once it exists", rnPDB, objs{rnPDB: &policyv1.PodDisruptionBudget{}}, fnv1.Ready_READY_TRUE},
+		"CronJobNeverRan":     {"backup health is BackupHealthy's, not readiness'", rnBackup, objs{rnBackup: &batchv1.CronJob{}}, fnv1.Ready_READY_TRUE},
+		"RestoreRunning":      {"a restore not done is not ready", rnRestore, objs{rnRestore: &batchv1.Job{}}, fnv1.Ready_READY_FALSE},
+		"RestoreComplete":     {"a restore done is", rnRestore, objs{rnRestore: complete}, fnv1.Ready_READY_TRUE},
+		"RestoreFailed":       {"a failed restore is not", rnRestore, objs{rnRestore: failed}, fnv1.Ready_READY_FALSE},
+		"StatefulSetStarting": {"one of two instances", rnStatefulSet, objs{rnStatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1})}, fnv1.Ready_READY_FALSE},
+		"StatefulSetReady":    {"both instances ready on the current revision", rnStatefulSet, objs{rnStatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2, CurrentRevision: "r", UpdateRevision: "r"})}, fnv1.Ready_READY_TRUE},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := ready(tc.name, tc.o, 2); got != tc.want {
-				t.Errorf("ready(%s) = %v, want %v", tc.name, got, tc.want)
+			if got := ready(tc.name, observedOf(t, tc.obs), 2); got != tc.want {
+				t.Errorf("%s: ready(%s) = %v, want %v", tc.reason, tc.name, got, tc.want)
 			}
 		})
 	}
