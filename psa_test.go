@@ -3,8 +3,6 @@ package main
 import (
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
@@ -12,18 +10,18 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
-// podTemplates returns every pod template of a response's desired resources.
+// podTemplates returns every pod template of a response's desired resources
+// (podTemplateOf).
 func podTemplates(t *testing.T, rsp *fnv1.RunFunctionResponse) map[string]corev1.PodTemplateSpec {
 	t.Helper()
 	out := map[string]corev1.PodTemplateSpec{}
 	for name, r := range rsp.GetDesired().GetResources() {
-		switch r.GetResource().Fields["kind"].GetStringValue() {
-		case "StatefulSet":
-			out[name] = decodeInto[appsv1.StatefulSet](t, r.GetResource()).Spec.Template
-		case "CronJob":
-			out[name] = decodeInto[batchv1.CronJob](t, r.GetResource()).Spec.JobTemplate.Spec.Template
-		case "Job":
-			out[name] = decodeInto[batchv1.Job](t, r.GetResource()).Spec.Template
+		obj, err := decodeTyped(r.GetResource())
+		if err != nil {
+			t.Fatalf("desired composed resource %q: %v", name, err)
+		}
+		if pt := podTemplateOf(obj); pt != nil {
+			out[name] = *pt
 		}
 	}
 	return out

@@ -69,6 +69,7 @@ func TestReady(t *testing.T) {
 		"RestoreFailed":       {"a failed restore is not", rnRestore, objs{rnRestore: failed}, fnv1.Ready_READY_FALSE},
 		"StatefulSetStarting": {"one of two instances", rnStatefulSet, objs{rnStatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1})}, fnv1.Ready_READY_FALSE},
 		"StatefulSetReady":    {"both instances ready on the current revision", rnStatefulSet, objs{rnStatefulSet: sts(2, 1, appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 2, CurrentRevision: "r", UpdateRevision: "r"})}, fnv1.Ready_READY_TRUE},
+		"NoRule":              {"a name without a rule is never ready, even observed: no default", "pgbouncer", objs{"pgbouncer": &corev1.Secret{}}, fnv1.Ready_READY_FALSE},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -347,15 +347,27 @@ func objectMeta(obj any) *metav1.ObjectMeta {
 	return &metav1.ObjectMeta{}
 }
 
-// podSpecOf returns the pod template's spec of a composed workload, or nil.
-func podSpecOf(obj any) *corev1.PodSpec {
+// podTemplateOf returns the pod template of a composed object, or nil for a
+// kind without pods. The Pod Security check (TestRestrictedPodSecurity), the
+// container checks (TestComposedStackSecurity) and the fuzz invariants reach
+// a kind's pods only through it: TestComposedKindChecklist fails for a
+// composed kind that carries a pod template this does not know.
+func podTemplateOf(obj any) *corev1.PodTemplateSpec {
 	switch o := obj.(type) {
 	case *appsv1.StatefulSet:
-		return &o.Spec.Template.Spec
+		return &o.Spec.Template
 	case *batchv1.CronJob:
-		return &o.Spec.JobTemplate.Spec.Template.Spec
+		return &o.Spec.JobTemplate.Spec.Template
 	case *batchv1.Job:
-		return &o.Spec.Template.Spec
+		return &o.Spec.Template
+	}
+	return nil
+}
+
+// podSpecOf returns the pod template's spec of a composed workload, or nil.
+func podSpecOf(obj any) *corev1.PodSpec {
+	if pt := podTemplateOf(obj); pt != nil {
+		return &pt.Spec
 	}
 	return nil
 }

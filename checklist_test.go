@@ -1,0 +1,160 @@
+package main
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	corev1 "k8s.io/api/core/v1"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/resource"
+)
+
+// TestComposedKindChecklist is the test of docs/maintainers.md's checklist
+// "How to add a composed kind": it fails until each step is done for every
+// composed resource. A composition resource name (a resource.Name constant
+// of names.go) must be composed by some example (every example, new and
+// running, with its Composition's input and with none), and then have
+//   - a readiness rule (readiness, ready.go): not ready before Crossplane
+//     observes it, ready once it runs as observedFrom (helpers_test.go)
+//     plays its controller;
+//   - its apiVersion/kind in composedKinds and typedKinds (fuzz_test.go), so
+//     that the fuzz invariants and the security checks decode it strictly;
+//   - when its kind carries a pod template, podTemplateOf (security_test.go)
+//     knowing the kind, so the restricted Pod Security check and the
+//     container checks reach its pods.
+func TestComposedKindChecklist(t *testing.T) {
+	names := composedResourceNames(t)
+	composed := map[resource.Name]*structpb.Struct{}
+	// readyEarly and notReadyRunning name an example where the readiness
+	// rule failed, by resource.
+	readyEarly, notReadyRunning := map[resource.Name]string{}, map[resource.Name]string{}
+	for _, ex := range allExamples(t) {
+		for _, withInput := range []bool{true, false} {
+			var in *structpb.Struct
+			if withInput {
+				in = compositionInput(t, ex.composition)
+			}
+			req := xrRequest(readYAMLStruct(t, ex.xr), in)
+			rsp := runTest(t, req)
+			for name, r := range rsp.GetDesired().GetResources() {
+				composed[resource.Name(name)] = r.GetResource()
+				if r.GetReady() != fnv1.Ready_READY_FALSE {
+					readyEarly[resource.Name(name)] = ex.name
+				}
+			}
+			req.Observed.Resources = observedFrom(t, rsp, true)
+			for name, r := range runTest(t, req).GetDesired().GetResources() {
+				if r.GetReady() != fnv1.Ready_READY_TRUE {
+					notReadyRunning[resource.Name(name)] = ex.name
+				}
+			}
+		}
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(composed)) {
+		if !slices.Contains(names, name) {
+			t.Errorf("%s is composed but is no resource.Name constant of names.go: name it there", name)
+		}
+	}
+	for _, name := range names {
+		t.Run(string(name), func(t *testing.T) {
+			s, ok := composed[name]
+			if !ok {
+				t.Fatalf("no example composes %s: add one to example/xrs/ (the goldens, the fixed point and the security checks see only what the examples compose)", name)
+			}
+			if _, ok := readiness[name]; !ok {
+				t.Errorf("no readiness rule: add one to readiness (ready.go); there is no default")
+			}
+			if ex, ok := readyEarly[name]; ok {
+				t.Errorf("ready before Crossplane observed it (example %s): its readiness rule (ready.go) must wait for the observed object", ex)
+			}
+			if ex, ok := notReadyRunning[name]; ok {
+				t.Errorf("not ready when running (example %s): its readiness rule (ready.go) must hold once it runs, and observedFrom (helpers_test.go) must write what its controller writes", ex)
+			}
+			gvk := apiVersionKind(s)
+			if want, ok := composedKinds[name]; !ok || want != gvk {
+				t.Errorf("composedKinds (fuzz_test.go) says %q, want %q", want, gvk)
+			}
+			if _, ok := typedKinds[gvk]; !ok {
+				t.Fatalf("typedKinds (fuzz_test.go) cannot make a %s: add its Go type", gvk)
+			}
+			obj, err := decodeTyped(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hasPodSpec(reflect.TypeOf(obj), map[reflect.Type]bool{}) && podTemplateOf(obj) == nil {
+				t.Errorf("a %s carries a pod template that podTemplateOf (security_test.go) does not reach: the Pod Security and container checks would skip its pods", gvk)
+			}
+		})
+	}
+}
+
+// composedResourceNames are the values of names.go's resource.Name constants.
+func composedResourceNames(t *testing.T) []resource.Name {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "names.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []resource.Name
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v, ok := spec.(*ast.ValueSpec)
+			if !ok {
+				continue
+			}
+			if sel, ok := v.Type.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Name" {
+				continue
+			}
+			for _, val := range v.Values {
+				lit, ok := val.(*ast.BasicLit)
+				if !ok {
+					t.Fatalf("names.go: a resource.Name constant that is not a string literal")
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, resource.Name(s))
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("names.go declares no resource.Name constants")
+	}
+	return out
+}
+
+// hasPodSpec is whether a value of type typ can hold a PodSpec.
+func hasPodSpec(typ reflect.Type, seen map[reflect.Type]bool) bool {
+	if typ == reflect.TypeFor[corev1.PodSpec]() {
+		return true
+	}
+	if seen[typ] {
+		return false
+	}
+	seen[typ] = true
+	switch typ.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		return hasPodSpec(typ.Elem(), seen)
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			if hasPodSpec(typ.Field(i).Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
+}
