@@ -20,8 +20,8 @@ import (
 // TestComposedKindChecklist is the test of docs/maintainers.md's checklist
 // "How to add a composed kind": it fails until each step is done for every
 // composed resource. A composition resource name (a resource.Name constant
-// of names.go) must be composed by some example (every example, new and
-// running, with its Composition's input and with none), and then have
+// of names.go) must be composed in some scenario (checklistScenarios: every
+// example, with its Composition's input and with none), and then have
 //   - a readiness rule (readiness, ready.go): not ready before Crossplane
 //     observes it, ready once it runs as observedFrom (helpers_test.go)
 //     plays its controller;
@@ -33,28 +33,27 @@ import (
 func TestComposedKindChecklist(t *testing.T) {
 	names := composedResourceNames(t)
 	composed := map[resource.Name]*structpb.Struct{}
-	// readyEarly and notReadyRunning name an example where the readiness
+	// readyEarly and notReadyRunning name a scenario where the readiness
 	// rule failed, by resource.
 	readyEarly, notReadyRunning := map[resource.Name]string{}, map[resource.Name]string{}
-	for _, ex := range allExamples(t) {
-		for _, withInput := range []bool{true, false} {
-			var in *structpb.Struct
-			if withInput {
-				in = compositionInput(t, ex.composition)
+	for _, sc := range checklistScenarios(t) {
+		req := sc.req
+		rsp := runTest(t, req)
+		for _, r := range rsp.GetResults() {
+			if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+				t.Fatalf("scenario %s: Fatal result: %s", sc.name, r.GetMessage())
 			}
-			req := xrRequest(readYAMLStruct(t, ex.xr), in)
-			rsp := runTest(t, req)
-			for name, r := range rsp.GetDesired().GetResources() {
-				composed[resource.Name(name)] = r.GetResource()
-				if r.GetReady() != fnv1.Ready_READY_FALSE {
-					readyEarly[resource.Name(name)] = ex.name
-				}
+		}
+		for name, r := range rsp.GetDesired().GetResources() {
+			composed[resource.Name(name)] = r.GetResource()
+			if _, seen := req.GetObserved().GetResources()[name]; !seen && r.GetReady() != fnv1.Ready_READY_FALSE {
+				readyEarly[resource.Name(name)] = sc.name
 			}
-			req.Observed.Resources = observedFrom(t, rsp, true)
-			for name, r := range runTest(t, req).GetDesired().GetResources() {
-				if r.GetReady() != fnv1.Ready_READY_TRUE {
-					notReadyRunning[resource.Name(name)] = ex.name
-				}
+		}
+		req.Observed.Resources = observedFrom(t, rsp, true)
+		for name, r := range runTest(t, req).GetDesired().GetResources() {
+			if r.GetReady() != fnv1.Ready_READY_TRUE {
+				notReadyRunning[resource.Name(name)] = sc.name
 			}
 		}
 	}
@@ -68,16 +67,16 @@ func TestComposedKindChecklist(t *testing.T) {
 		t.Run(string(name), func(t *testing.T) {
 			s, ok := composed[name]
 			if !ok {
-				t.Fatalf("no example composes %s: add one to example/xrs/ (the goldens, the fixed point and the security checks see only what the examples compose)", name)
+				t.Fatalf("no scenario composes %s: add an example to example/xrs/ that does (the goldens, the fixed point and the security checks see only what the examples compose), or, for a resource composed only on some observed state, a scenario to checklistScenarios", name)
 			}
 			if _, ok := readiness[name]; !ok {
 				t.Errorf("no readiness rule: add one to readiness (ready.go); there is no default")
 			}
 			if ex, ok := readyEarly[name]; ok {
-				t.Errorf("ready before Crossplane observed it (example %s): its readiness rule (ready.go) must wait for the observed object", ex)
+				t.Errorf("ready before Crossplane observed it (scenario %s): its readiness rule (ready.go) must wait for the observed object", ex)
 			}
 			if ex, ok := notReadyRunning[name]; ok {
-				t.Errorf("not ready when running (example %s): its readiness rule (ready.go) must hold once it runs, and observedFrom (helpers_test.go) must write what its controller writes", ex)
+				t.Errorf("not ready when running (scenario %s): its readiness rule (ready.go) must hold once it runs, and observedFrom (helpers_test.go) must write what its controller writes", ex)
 			}
 			gvk := apiVersionKind(s)
 			if want, ok := composedKinds[name]; !ok || want != gvk {
@@ -95,6 +94,27 @@ func TestComposedKindChecklist(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A checklistScenario is a request that composes some of the resources.
+type checklistScenario struct {
+	name string
+	req  *fnv1.RunFunctionRequest
+}
+
+// checklistScenarios are every example, with its Composition's input and
+// with none. A resource composed only on some observed state (a Job the
+// function starts when something happened) gets a scenario here too: a
+// request carrying that observed state.
+func checklistScenarios(t *testing.T) []checklistScenario {
+	t.Helper()
+	var out []checklistScenario
+	for _, ex := range allExamples(t) {
+		out = append(out,
+			checklistScenario{ex.name, xrRequest(readYAMLStruct(t, ex.xr), compositionInput(t, ex.composition))},
+			checklistScenario{ex.name + "/no-input", xrRequest(readYAMLStruct(t, ex.xr), nil)})
+	}
+	return out
 }
 
 // composedResourceNames are the values of names.go's resource.Name constants.
