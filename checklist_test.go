@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -12,6 +13,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/resource"
@@ -29,9 +34,11 @@ import (
 //     that the fuzz invariants and the security checks decode it strictly;
 //   - when its kind carries a pod template, podTemplateOf (security_test.go)
 //     knowing the kind, so the restricted Pod Security check and the
-//     container checks reach its pods.
+//     container checks reach its pods;
+//   - its resource granted to Crossplane core by example/rbac.yaml.
 func TestComposedKindChecklist(t *testing.T) {
 	names := composedResourceNames(t)
+	role := readClusterRole(t, "example/rbac.yaml")
 	composed := map[resource.Name]*structpb.Struct{}
 	// readyEarly and notReadyRunning name a scenario where the readiness
 	// rule failed, by resource.
@@ -92,8 +99,44 @@ func TestComposedKindChecklist(t *testing.T) {
 			if hasPodSpec(reflect.TypeOf(obj), map[reflect.Type]bool{}) && podTemplateOf(obj) == nil {
 				t.Errorf("a %s carries a pod template that podTemplateOf (security_test.go) does not reach: the Pod Security and container checks would skip its pods", gvk)
 			}
+			gv, err := schema.ParseGroupVersion(s.GetFields()["apiVersion"].GetStringValue())
+			if err != nil {
+				t.Fatal(err)
+			}
+			plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(s.GetFields()["kind"].GetStringValue()))
+			if !grants(role, plural.GroupResource()) {
+				t.Errorf("example/rbac.yaml does not grant Crossplane core %s with the verbs %v: core could not compose it (and README's RBAC table lists every kind)", plural.GroupResource(), coreVerbs)
+			}
 		})
 	}
+}
+
+// coreVerbs are the verbs Crossplane core checks for a composed kind before
+// it reports a failure as an RBAC problem (example/rbac.yaml says why).
+var coreVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+func readClusterRole(t *testing.T, path string) *rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(b, role); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return role
+}
+
+// grants is whether one rule of role grants every verb of coreVerbs on gr.
+func grants(role *rbacv1.ClusterRole, gr schema.GroupResource) bool {
+	for _, r := range role.Rules {
+		if slices.Contains(r.APIGroups, gr.Group) && slices.Contains(r.Resources, gr.Resource) &&
+			!slices.ContainsFunc(coreVerbs, func(v string) bool { return !slices.Contains(r.Verbs, v) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // A checklistScenario is a request that composes some of the resources.
