@@ -7,8 +7,8 @@ import (
 	"github.com/crossplane/function-sdk-go/resource"
 )
 
-// compose builds every resource of the Database (DESIGN §3), keyed by its
-// composition resource name. Builders are pure; what exists depends only on
+// compose builds every resource of the Database (README: What gets
+// composed), keyed by its composition resource name. Builders are pure; what exists depends only on
 // the spec, the input and the plan.
 func compose(db *database, p *plan) map[resource.Name]any {
 	settings := instanceSettings(db, p)

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Limits and defaults of the Database API (DESIGN §1).
+// Limits and defaults of the Database API (README: The API).
 const (
 	// maxNameLength keeps every derived name legal: StatefulSet pods carry
 	// a controller-revision-hash label "N-<10 chars>" (63 max) and CronJob
@@ -50,7 +50,7 @@ var (
 	settingName    = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)
 )
 
-// databaseSpec is the wire form of a Database's spec (DESIGN §1). Optional
+// databaseSpec is the wire form of a Database's spec (example/xrd.yaml). Optional
 // scalars are pointers so that "absent" and "zero" stay distinct.
 type databaseSpec struct {
 	Version        string       `json:"version"`

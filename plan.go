@@ -34,7 +34,8 @@ type blocked struct {
 }
 
 // plan is what the function decides from the spec and the observed state:
-// the safety rules of DESIGN §5 applied before any builder runs.
+// the safety rules (data is never lost; docs/maintainers.md lists where
+// each lives) applied before any builder runs.
 type plan struct {
 	// Image is the PostgreSQL image the StatefulSet runs: spec.version, or
 	// the running one when a major change was refused.

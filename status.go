@@ -28,8 +28,8 @@ const (
 	condRestored      = "Restored"
 )
 
-// dbStatus is the status the function writes to the XR (DESIGN §1), all of
-// it derived from observed state, so it never changes without a cause.
+// dbStatus is the status the function writes to the XR (README: The API),
+// all of it derived from observed state, so it never changes without a cause.
 type dbStatus struct {
 	// Ready is the original Database CRD's status.ready: true when every
 	// composed resource is ready and the phase is Running.

@@ -33,9 +33,9 @@ var pgMajors = []pgMajor{
 
 // versionsAsOf is the day pgMajors was last checked, and the day against
 // which end of life is judged. The function never reads the clock: the same
-// request must give the same response on every call (DESIGN §4), and a
-// condition that flipped at midnight would make every Database change status
-// by itself. So a major turns "past its end of life" with the release of the
+// request must give the same response on every call (Crossplane's function
+// specification; TestDeterministic), and a condition that flipped at
+// midnight would make every Database change status by itself. So a major turns "past its end of life" with the release of the
 // function that moves this date, the same way a new major becomes
 // acceptable; a release a year reviews every entry.
 const versionsAsOf = "2026-11-30"

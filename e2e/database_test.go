@@ -577,7 +577,8 @@ func (s *suite) testNoChurn(t *testing.T) {
 	}
 	xrBefore := d.get(t)
 	// Watch the XR through the window: its status must hold still too
-	// (DESIGN: no condition or status field that changes on every call).
+	// (no condition or status field may change on every call: Crossplane
+	// would write the XR on every reconcile).
 	xc, err := s.k.client(d.gvk, d.ns)
 	if err != nil {
 		t.Fatal(err)
