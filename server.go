@@ -20,16 +20,16 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	function "github.com/crossplane/function-sdk-go"
 	"github.com/crossplane/function-sdk-go/errors"
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/proto/v1beta1"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 // The server is built here rather than by function.Serve, which can set
@@ -250,66 +250,8 @@ func newLogger(debug bool) (logging.Logger, error) {
 	return function.NewLogger(debug)
 }
 
-// deterministicCodec marshals protobuf messages deterministically (map
-// entries sorted), so that the same request gets the same response bytes on
-// the wire, not only the same message. Registered under grpc's default
-// codec name, it replaces the default for this process. Like grpc's own, it
-// is a CodecV2: large messages are encoded into, and decoded from, pooled
-// buffers (codecBuffers), which go back to the pool once written or read,
-// instead of a request and a response's worth of garbage per call.
-type deterministicCodec struct{}
-
-// codecBuffers is the codec's pool: every power of two from 256 B to 16 MiB,
-// so a 50 KiB response takes a 64 KiB buffer. (grpc's default pool jumps
-// from 32 KiB to 1 MiB: a buffer twenty times the message, which showed as
-// +15 MiB peak RSS under load.)
-var codecBuffers = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
-	if err != nil {
-		panic(err) // the exponents are constants
-	}
-	return p
-}()
-
-func (deterministicCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("cannot marshal %T: not a protobuf message", v)
-	}
-	// Size fills the size caches that UseCachedSize then trusts; nothing
-	// mutates the message in between.
-	size := proto.Size(m)
-	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	buf := codecBuffers.Get(size)
-	b, err := opts.MarshalAppend((*buf)[:0], m)
-	if err != nil {
-		codecBuffers.Put(buf)
-		return nil, err
-	}
-	*buf = b
-	return mem.BufferSlice{mem.NewBuffer(buf, codecBuffers)}, nil
-}
-
-func (deterministicCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("cannot unmarshal into %T: not a protobuf message", v)
-	}
-	// proto.Unmarshal copies what it keeps, so the buffer can go back.
-	buf := data.MaterializeToBuffer(codecBuffers)
-	defer buf.Free()
-	return proto.Unmarshal(buf.ReadOnlyData(), m)
-}
-
-func (deterministicCodec) Name() string { return "proto" }
-
+// wire.Codec replaces grpc's default codec for this process: deterministic
+// bytes from pooled buffers.
 func init() { //nolint:gochecknoinits // codecs are registered at init, as grpc's own.
-	encoding.RegisterCodecV2(deterministicCodec{})
+	encoding.RegisterCodecV2(wire.Codec{})
 }
