@@ -50,18 +50,23 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
 	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
-	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, wire.Whole)
+	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, cronJobFields)
 	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, wire.Whole)
 	return o, errors.Join(errs[:]...)
 }
 
-// The projections of the big objects: the fields the function reads. A
-// field left out reads as unset, so only objects too big to decode whole are
-// projected (a StatefulSet is hundreds of fields, the ConfigMap carries every
-// script); the small ones (the CronJob, the restore Job) are decoded whole
-// (wire.Whole): their every field reads as the cluster has it (a CronJob's
-// spec.suspend once read nil when it was true).
+// The projections: what the function reads of each observed object. A field
+// left out reads as unset (a CronJob's spec.suspend once read nil when it was
+// true), so only objects too big to decode whole are projected to the fields
+// the function reads (wire.Fields: a StatefulSet is hundreds of fields, the
+// ConfigMap carries every script); the others are decoded whole
+// (wire.Whole), or whole but a big part no rule reads (wire.Omit).
 var (
+	// The CronJob's job template is a whole pod template, which the function
+	// composes itself and never reads back; decoding it would add a third to
+	// the CPU of a request with full observed state (notes/issue-14.md).
+	// Every other field reads as the cluster has it.
+	cronJobFields   = wire.Omit{"spec": {"jobTemplate": nil}}
 	secretFields    = wire.Fields{"data": nil}
 	configMapFields = wire.Fields{"data": {keyInitialized: nil}}
 	// Every field of the StatefulSet that makePlan, ready and status read.
@@ -79,19 +84,18 @@ var (
 	}
 )
 
-// decodeAs decodes one observed composed resource, projected by f (every
-// field with wire.Whole), into its typed kind, or returns nil when
-// Crossplane has not observed it.
+// decodeAs decodes one observed composed resource, projected by p, into its
+// typed kind, or returns nil when Crossplane has not observed it.
 func decodeAs[T any, PT interface {
 	*T
 	runtime.Object
-}](rs map[string]*fnv1.Resource, name resource.Name, f wire.Fields) (*T, error) {
+}](rs map[string]*fnv1.Resource, name resource.Name, p wire.Projection) (*T, error) {
 	r := rs[string(name)].GetResource()
 	if r == nil {
 		return nil, nil
 	}
 	out := PT(new(T))
-	if err := wire.Decode(r, f, out); err != nil {
+	if err := wire.Decode(r, p, out); err != nil {
 		return nil, fmt.Errorf("cannot decode observed composed resource %q: %w", name, err)
 	}
 	return out, nil

@@ -8,53 +8,76 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+// A Projection says which fields of an observed object Decode reads:
+// Fields, only those it names, or Omit, all but those it names.
+type Projection interface {
+	apply(s *structpb.Struct) map[string]any
+}
+
 // Fields is a projection: the parts of an observed object a caller reads. A
 // nil subtree takes the whole value; a projection applied to a list applies
 // to each element. Decoding only these is most of the speed of a request
 // with full observed state (a StatefulSet is hundreds of fields). A field
-// left out of a projection reads as unset: project only objects too big to
-// decode whole.
+// left out reads as unset: project only objects too big to decode whole.
 type Fields map[string]Fields
 
-// Whole is no projection: Decode decodes every field but
-// metadata.managedFields.
-var Whole Fields
+func (f Fields) apply(s *structpb.Struct) map[string]any { return project(s, f) }
 
-// Decode decodes s, projected by f (every field with Whole), into out, a
-// pointer to a typed Kubernetes object.
-func Decode(s *structpb.Struct, f Fields, out any) error {
-	var m map[string]any
-	if f == nil {
-		m = wholeObject(s)
-	} else {
-		m = project(s, f)
+// Omit is the opposite projection: every field but those it names (a nil
+// subtree leaves the field out, a non-nil one recurses into it), and never
+// metadata.managedFields: the API server's record of who applied what,
+// which no rule reads and which in a cluster is often as large as the spec.
+type Omit map[string]Omit
+
+func (o Omit) apply(s *structpb.Struct) map[string]any {
+	m := omit(s, o)
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
 	}
+	return m
+}
+
+// Whole omits nothing but metadata.managedFields.
+var Whole Omit
+
+// Decode decodes s, projected by p, into out, a pointer to a typed
+// Kubernetes object.
+func Decode(s *structpb.Struct, p Projection, out any) error {
+	m := p.apply(s)
 	if err := guardQuantities(m); err != nil {
 		return err
 	}
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, out)
 }
 
-// wholeObject is every field of s but metadata.managedFields: the API
-// server's record of who applied what, which no rule reads and which in a
-// cluster is often as large as the spec.
-func wholeObject(s *structpb.Struct) map[string]any {
+// omit copies s but the fields o names into plain Go values.
+func omit(s *structpb.Struct, o Omit) map[string]any {
 	out := make(map[string]any, len(s.GetFields()))
 	for k, v := range s.GetFields() {
-		md := v.GetStructValue()
-		if k != "metadata" || md == nil {
+		sub, named := o[k]
+		switch {
+		case !named:
 			out[k] = v.AsInterface()
-			continue
+		case sub != nil:
+			out[k] = omitValue(v, sub)
 		}
-		meta := make(map[string]any, len(md.GetFields()))
-		for mk, mv := range md.GetFields() {
-			if mk != "managedFields" {
-				meta[mk] = mv.AsInterface()
-			}
-		}
-		out[k] = meta
 	}
 	return out
+}
+
+// omitValue applies o to a struct, or to each element of a list.
+func omitValue(v *structpb.Value, o Omit) any {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StructValue:
+		return omit(k.StructValue, o)
+	case *structpb.Value_ListValue:
+		l := make([]any, 0, len(k.ListValue.GetValues()))
+		for _, e := range k.ListValue.GetValues() {
+			l = append(l, omitValue(e, o))
+		}
+		return l
+	}
+	return v.AsInterface()
 }
 
 // project copies the projected parts of s into plain Go values.

@@ -44,7 +44,7 @@ func TestDecode(t *testing.T) {
 	cases := map[string]struct {
 		reason  string
 		edit    func(m map[string]any)
-		f       Fields
+		f       Projection
 		want    *batchv1.CronJob
 		wantErr string
 	}{
@@ -58,6 +58,16 @@ func TestDecode(t *testing.T) {
 					Containers: []corev1.Container{{Name: "backup"}},
 				}}}}},
 			},
+		},
+		"Omitted": {
+			reason: "every field but those named, through lists too, and never managedFields",
+			f:      Omit{"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": {"resources": nil}}}}}}, "status": nil},
+			want: func() *batchv1.CronJob {
+				c := whole.DeepCopy()
+				c.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+				c.Status = batchv1.CronJobStatus{}
+				return c
+			}(),
 		},
 		"UnsafeQuantity": {
 			reason: "a quantity ParseQuantity would spend minutes on is refused",

@@ -6,9 +6,10 @@
 //     wire bytes in one reflective walk, following the JSON tags and leaving
 //     out what the API server owns or Go's zero values add (encode.go).
 //     JSONFields is the per-type field table the walk uses.
-//   - Decode reads an observed object into its typed kind, whole or by a
-//     projection of the fields the caller reads (Fields), guarding against
-//     quantities that would take minutes to parse (decode.go).
+//   - Decode reads an observed object into its typed kind by a Projection:
+//     the fields the caller reads (Fields), or all but some (Omit, Whole),
+//     guarding against quantities that would take minutes to parse
+//     (decode.go).
 //   - Codec is the gRPC codec: deterministic bytes, pooled buffers
 //     (codec.go).
 //   - Readable and YAML are the debug decoder: a message as its receiver
