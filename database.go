@@ -31,6 +31,12 @@ const (
 	defaultRetention = 7
 	maxRetention     = 1000
 
+	// Durability of commits with standbys (spec.durability): async
+	// acknowledges a commit once the primary flushed it; sync once a
+	// standby flushed it too (RPO 0 on failover).
+	durabilityAsync = "async"
+	durabilitySync  = "sync"
+
 	deletionRetain = "Retain"
 	deletionDelete = "Delete"
 
@@ -59,6 +65,7 @@ type databaseSpec struct {
 	Backup         *backupSpec  `json:"backup,omitempty"`
 	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
 	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
+	Durability     string       `json:"durability,omitempty"`
 
 	// BackupEnabled and BackupSchedule are the original Database CRD's
 	// spellings of backup.enabled and backup.schedule (issue 16), kept so
@@ -125,6 +132,10 @@ type database struct {
 	Backup         backup
 	DeletionPolicy string
 	RestoreFrom    *restoreSpec
+	Durability     string
+	// Failover and FailoverGrace come from the function input.
+	Failover      bool
+	FailoverGrace int32
 
 	Image             string
 	Images            map[string]string
@@ -185,6 +196,8 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		ClusterDomain:     cfg.ClusterDomain,
 		NetworkPolicy:     cfg.NetworkPolicy,
 		AllowedNamespaces: cfg.AllowedNamespaces,
+		Failover:          cfg.Failover,
+		FailoverGrace:     cfg.FailoverGrace,
 	}
 
 	// A legacy XR is cluster scoped: its claim's name and namespace are the
@@ -361,6 +374,15 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		db.DeletionPolicy = deletionDelete
 	default:
 		errs = append(errs, field.NotSupported(spec.Child("deletionPolicy"), s.DeletionPolicy, []string{deletionRetain, deletionDelete}))
+	}
+
+	db.Durability = durabilityAsync
+	switch s.Durability {
+	case "", durabilityAsync:
+	case durabilitySync:
+		db.Durability = durabilitySync
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("durability"), s.Durability, []string{durabilityAsync, durabilitySync}))
 	}
 
 	if r := s.RestoreFrom; r != nil {

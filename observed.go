@@ -24,6 +24,7 @@ type observed struct {
 	StatefulSet *appsv1.StatefulSet
 	Backup      *batchv1.CronJob
 	Restore     *batchv1.Job
+	Failover    *batchv1.Job
 
 	// RestoreRecord is the observed XR's status.restore, and Source what
 	// Crossplane's required resources say of the restoreFrom source: the
@@ -31,6 +32,12 @@ type observed struct {
 	// them empty; RunFunction reads them from the request.
 	RestoreRecord *restoreStatus
 	Source        sourceLookup
+	// FailoverRecord is status.failover; Instances and FailoverOutcome
+	// what the required resources say of the instance pods and of the
+	// failover Job's pod (failover.go). Read from the request, as above.
+	FailoverRecord  *failoverRecord
+	Instances       instancePods
+	FailoverOutcome failoverOutcome
 
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
@@ -44,13 +51,14 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 			o.exists[resource.Name(name)] = true
 		}
 	}
-	var errs [6]error
+	var errs [7]error
 	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
 	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
 	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, statusFields)
 	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, restoreJobFields)
+	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, failoverJobFields)
 	return o, errors.Join(errs[:]...)
 }
 
@@ -62,7 +70,7 @@ type fields map[string]fields
 
 var (
 	secretFields    = fields{"data": nil}
-	configMapFields = fields{"data": {keyInitialized: nil}}
+	configMapFields = fields{"data": {keyInitialized: nil, keyPrimary: nil}}
 	statusFields    = fields{"status": nil}
 	// What planRestore reads back from the restore Job to freeze it and to
 	// record what it ran.
@@ -73,6 +81,14 @@ var (
 			"affinity":   nil,
 		}}},
 		"status": nil,
+	}
+	// What planFailover reads back from the failover Job: its uid (its
+	// pods are required by it), what it was created for, its image (kept
+	// while it runs) and its outcome.
+	failoverJobFields = fields{
+		"metadata": {"uid": nil, "annotations": {annotationFailoverFrom: nil, annotationFailoverCount: nil}},
+		"spec":     {"template": {"spec": {"containers": {"name": nil, "image": nil}}}},
+		"status":   nil,
 	}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = fields{

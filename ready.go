@@ -19,6 +19,9 @@ func ready(name resource.Name, o *observed, wantReplicas int32) fnv1.Ready {
 		ok = statefulSetReady(o.StatefulSet, wantReplicas)
 	case rnRestore:
 		ok = jobSucceeded(o.Restore)
+	case rnFailover:
+		// Not ready while it runs: the Database has no primary then.
+		ok = jobSucceeded(o.Failover)
 	default:
 		// Secrets, ConfigMap, Services, PDB, NetworkPolicy and the CronJob
 		// are ready once they exist. A CronJob that has not run yet is

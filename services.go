@@ -23,10 +23,12 @@ func service(db *database, name string, selector map[string]string) *corev1.Serv
 	}
 }
 
-// primaryService (read-write) selects ordinal 0 only: standbys refuse
-// writes, so a client must never be balanced onto one.
-func primaryService(db *database) *corev1.Service {
-	return service(db, db.Name, primaryLabels(db))
+// primaryService (read-write) selects the primary's pod only: standbys
+// refuse writes, so a client must never be balanced onto one. A failover
+// moves the selector to the promoted ordinal (failover.go); as only ready
+// pods are endpoints, it never has two writable endpoints.
+func primaryService(db *database, primary int) *corev1.Service {
+	return service(db, db.Name, podLabels(db, primary))
 }
 
 // readService balances read-only clients over every instance: with one
