@@ -174,21 +174,22 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
 		VolumeMounts:    instanceMounts(),
-		// Readiness detects a lost primary: 2 failures 5 s apart take it
-		// out of the rw Service and start the failover's grace.
-		ReadinessProbe: probe("ready", 5, 2),
+		// Readiness detects a lost primary: 2 failures 5 s apart start the
+		// failover's grace. A primary's probe also asks its peers (the
+		// fence, probe.sh), hence the longer timeout.
+		ReadinessProbe: probe("ready", 5, 2, 10),
 		// A standby cloning a large primary is alive: the live probe says
 		// so, and the failure threshold leaves room for a slow checkpoint.
-		LivenessProbe:   probe("live", 15, 6),
+		LivenessProbe:   probe("live", 15, 6, 5),
 		SecurityContext: containerSecurityContext(),
 	}
 }
 
-func probe(mode string, period, failures int32) *corev1.Probe {
+func probe(mode string, period, failures, timeout int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"bash", scriptsDir + "/" + scripts.Probe, mode}}},
 		PeriodSeconds:    period,
-		TimeoutSeconds:   5,
+		TimeoutSeconds:   timeout,
 		FailureThreshold: failures,
 	}
 }

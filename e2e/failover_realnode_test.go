@@ -74,8 +74,8 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 	lost := time.Now()
 	switch how {
 	case "freeze":
-		// Every process of the pod stops, postgres' postmaster included
-		// (only the host can stop a container's init): as a hung node.
+		// Every postgres process of the pod stops, the postmaster included
+		// (only the host can stop a container's init): a hung primary.
 		// It resumes once the failover is done, as a node that comes back:
 		// the old primary must then fence itself.
 		n := signalPod(t, string(pod.UID), syscall.SIGSTOP)
@@ -260,10 +260,11 @@ func (s *suite) readyInstances(ns, db string) int {
 	return n
 }
 
-// signalPod sends sig to every process of the pod with this UID, found in
-// the kubelet's pod cgroups (cgroup v1, cgroupfs driver: .../pod<UID>/...);
-// from the host, so that a container's init can be stopped too. It returns
-// how many processes it signalled.
+// signalPod sends sig to every PostgreSQL process of the pod with this UID,
+// found in the kubelet's pod cgroups (cgroup v1, cgroupfs driver:
+// .../pod<UID>/...); from the host, so that a container's init (the
+// postmaster) can be stopped too: a primary that hangs. It returns how many
+// processes it signalled.
 func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 	t.Helper()
 	var pids []int
@@ -276,7 +277,14 @@ func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 			return nil
 		}
 		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !slices.Contains(pids, pid) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 1 || slices.Contains(pids, pid) {
+				continue
+			}
+			// PostgreSQL's processes only: a probe or an exec caught in the
+			// middle would hold the kubelet's prober for its 2-minute
+			// runtime timeout, which no real hang does.
+			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
 				pids = append(pids, pid)
 			}
 		}

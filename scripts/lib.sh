@@ -226,10 +226,10 @@ peer_hosts() {
 	done
 }
 
-# superuser_passfile: a 0600 passfile for the superuser in STATE_DIR (its
-# path on stdout), for connections to peers.
+# superuser_passfile [PATH]: a 0600 passfile for the superuser (default
+# STATE_DIR/superuser.pgpass; its path on stdout), for connections to peers.
 superuser_passfile() {
-	local su su_pw path="$STATE_DIR/superuser.pgpass"
+	local su su_pw path=${1:-$STATE_DIR/superuser.pgpass}
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	mkdir -p "$STATE_DIR"
@@ -242,12 +242,15 @@ superuser_passfile() {
 # PEER_TIMEOUT seconds (default 2): a frozen or partitioned peer must not
 # stall the caller.
 remote_query() {
-	local host=${1%:*} port=${1##*:} su passfile
+	local host=${1%:*} port=${1##*:} su passfile rc=0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
-	passfile=$(superuser_passfile) || return 1
+	# One passfile per call: callers query peers in parallel.
+	passfile=$(superuser_passfile "$STATE_DIR/superuser.$BASHPID.pgpass") || return 1
 	timeout "$((${PEER_TIMEOUT:-2} + 2))" psql -X -A -t -q \
-		-d "host=$(conninfo_quote "$host") port=$port user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=${PEER_TIMEOUT:-2} options='-c statement_timeout=5000'" \
-		-c "$2" 2>/dev/null
+		-d "host=$(conninfo_quote "$host") port=$port user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=${PEER_TIMEOUT:-2} gssencmode=disable options='-c statement_timeout=5000'" \
+		-c "$2" 2>/dev/null || rc=$?
+	rm -f "$passfile"
+	return "$rc"
 }
 
 # SQL_ROLE: "t|<timeline>" on a primary ("f|0" on a standby): the timeline
@@ -260,15 +263,21 @@ SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || ('x' || s
 # none does. Peers that do not answer are not primaries as far as anyone can
 # tell: the rw Service only routes to the pod the function chose.
 newer_primary_peer() {
-	local mine=$1 peer row
-	while IFS= read -r peer; do
-		[[ -n $peer ]] || continue
-		row=$(remote_query "$peer" "$SQL_ROLE") || continue
-		if [[ $row =~ ^t\|([0-9]+)$ ]] && ((BASH_REMATCH[1] > mine)); then
-			printf '%s timeline %s\n' "$peer" "${BASH_REMATCH[1]}"
+	local mine=$1 peer line
+	# Every peer at once: a probe must answer within its timeout even when
+	# peers are slow or gone.
+	while IFS= read -r line; do
+		if [[ $line =~ ^(.*)\ t\|([0-9]+)$ ]] && ((BASH_REMATCH[2] > mine)); then
+			printf '%s timeline %s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
 			return 0
 		fi
-	done < <(peer_hosts)
+	done < <(
+		while IFS= read -r peer; do
+			[[ -n $peer ]] || continue
+			{ printf '%s %s\n' "$peer" "$(remote_query "$peer" "$SQL_ROLE" || true)"; } &
+		done < <(peer_hosts)
+		wait
+	)
 	return 1
 }
 
