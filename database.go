@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 )
 
 // Limits and defaults of the Database API (DESIGN §1).
@@ -66,6 +67,7 @@ type databaseSpec struct {
 	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
 	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
 	Durability     string       `json:"durability,omitempty"`
+	Primary        *int64       `json:"primary,omitempty"`
 
 	// BackupEnabled and BackupSchedule are the original Database CRD's
 	// spellings of backup.enabled and backup.schedule (issue 16), kept so
@@ -133,6 +135,9 @@ type database struct {
 	DeletionPolicy string
 	RestoreFrom    *restoreSpec
 	Durability     string
+	// Primary is spec.primary: the ordinal that should be the primary (a
+	// planned switchover moves it there); nil leaves it where it is.
+	Primary *int
 	// Failover and FailoverGrace come from the function input.
 	Failover      bool
 	FailoverGrace int32
@@ -383,6 +388,14 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		db.Durability = durabilitySync
 	default:
 		errs = append(errs, field.NotSupported(spec.Child("durability"), s.Durability, []string{durabilityAsync, durabilitySync}))
+	}
+
+	if s.Primary != nil {
+		if *s.Primary < 0 || *s.Primary >= maxInstances {
+			errs = append(errs, field.Invalid(spec.Child("primary"), *s.Primary, fmt.Sprintf("must be an instance's ordinal, 0 to %d", maxInstances-1)))
+		} else {
+			db.Primary = ptr.To(int(*s.Primary))
+		}
 	}
 
 	if r := s.RestoreFrom; r != nil {

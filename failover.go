@@ -67,10 +67,15 @@ const (
 
 	annotationFailoverFrom  = "database.example.com/failover-from"
 	annotationFailoverCount = "database.example.com/failover-count"
+	// annotationFailoverTarget marks a planned switchover's Job and names
+	// the ordinal it promotes.
+	annotationFailoverTarget = "database.example.com/switchover-to"
 
 	condFailover = "Failover"
 
 	reasonPrimaryLost      = "PrimaryLost"
+	reasonSwitchover       = "Switchover"
+	reasonSwitchoverWaits  = "SwitchoverPending"
 	reasonFailoverRunning  = "InProgress"
 	reasonFailoverIdle     = "PrimaryReady"
 	reasonFailoverFailed   = "Failed"
@@ -189,7 +194,11 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 
 	if job != nil {
 		count, from := jobCounter(job)
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), int32(replicas))
+		target := -1
+		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
+			target = t
+		}
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), int32(replicas), target)
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -208,8 +217,12 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 			fp.Record.Count = count + 1
 			if out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from {
 				fp.Primary = out.To
+				reason := reasonPrimaryLost
+				if target >= 0 {
+					reason = reasonSwitchover
+				}
 				fp.Record.Last = &failoverEvent{
-					From: podName(db, from), To: podName(db, out.To), Reason: reasonPrimaryLost,
+					From: podName(db, from), To: podName(db, out.To), Reason: reason,
 					Time: job.Status.CompletionTime, Timeline: out.Timeline, LSN: out.LSN,
 				}
 			}
@@ -228,6 +241,9 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		default:
 			fp.Job, fp.InProgress = frozen, true
 			fp.Condition = failoverRunning(db, from)
+			if target >= 0 {
+				fp.Condition = switchoverRunning(db, from, target)
+			}
 			return fp
 		}
 	}
@@ -244,13 +260,40 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 	}
 	fp.Condition = failoverIdle(db, fp)
 	primaryPod := podName(db, fp.Primary)
-	if !o.Instances.Resolved || o.Instances.Ready[primaryPod] || !p.Initialized || o.StatefulSet == nil ||
+	if !o.Instances.Resolved || !p.Initialized || o.StatefulSet == nil ||
 		(p.Restore != nil && p.Restore.Pending) || rolling(o.StatefulSet) {
 		return fp
 	}
-	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, int32(replicas)), true
-	fp.Condition = failoverRunning(db, fp.Primary)
+	if !o.Instances.Ready[primaryPod] {
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, int32(replicas), -1), true
+		fp.Condition = failoverRunning(db, fp.Primary)
+		return fp
+	}
+	if t := db.Primary; t != nil && *t != fp.Primary {
+		// A planned switchover, once every instance is ready: the target
+		// must be a streaming standby to catch up with the primary.
+		if *t >= int(replicas) {
+			fp.Condition.Reason = reasonSwitchoverWaits
+			fp.Condition.Message = fmt.Sprintf("spec.primary %d is not an instance (size %s has %d); the primary stays %s", *t, db.Size, replicas, primaryPod)
+			return fp
+		}
+		for k := range int(replicas) {
+			if !o.Instances.Ready[podName(db, k)] {
+				fp.Condition.Reason = reasonSwitchoverWaits
+				fp.Condition.Message = fmt.Sprintf("spec.primary asks for %s; the switchover starts once every instance is ready (%s is not)", podName(db, *t), podName(db, k))
+				return fp
+			}
+		}
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, int32(replicas), *t), true
+		fp.Condition = switchoverRunning(db, fp.Primary, *t)
+	}
 	return fp
+}
+
+func switchoverRunning(db *database, from, to int) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
+		"switching over from %s to %s (spec.primary): Job %s makes the primary read-only, waits for %s to replay everything, then promotes it",
+		podName(db, from), podName(db, to), db.Name+suffixFailover, podName(db, to))}
 }
 
 func failoverRunning(db *database, from int) condition {
@@ -290,8 +333,9 @@ func frozenImage(j *batchv1.Job, fallback string) string {
 	return fallback
 }
 
-// failoverJob runs failover.sh once against the instances.
-func failoverJob(db *database, from int, count int64, image string, replicas int32) *batchv1.Job {
+// failoverJob runs failover.sh once against the instances: a failover of
+// the lost primary from, or with target >= 0 a planned switchover to target.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "DATABASE", Value: db.Name},
 		{Name: "PRIMARY_ORDINAL", Value: strconv.Itoa(from)},
@@ -302,16 +346,21 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 		{Name: "GRACE_SECONDS", Value: strconv.Itoa(int(db.FailoverGrace))},
 		{Name: "STARTING_MAX_SECONDS", Value: strconv.Itoa(failoverStartingMax)},
 	}
+	ann := map[string]string{
+		annotationFailoverFrom:  strconv.Itoa(from),
+		annotationFailoverCount: strconv.FormatInt(count, 10),
+	}
+	if target >= 0 {
+		env = append(env, corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: strconv.Itoa(target)})
+		ann[annotationFailoverTarget] = strconv.Itoa(target)
+	}
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      db.Name + suffixFailover,
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentFailover),
-			Annotations: map[string]string{
-				annotationFailoverFrom:  strconv.Itoa(from),
-				annotationFailoverCount: strconv.FormatInt(count, 10),
-			},
+			Name:        db.Name + suffixFailover,
+			Namespace:   db.Namespace,
+			Labels:      labels(db, componentFailover),
+			Annotations: ann,
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](3),

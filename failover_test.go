@@ -251,7 +251,7 @@ func TestFailoverNotStarted(t *testing.T) {
 // container checks as every other pod the function composes.
 func TestFailoverJobSecure(t *testing.T) {
 	db := testDB()
-	j := failoverJob(db, 0, 0, "postgres:16", 3)
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1)
 	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
 		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
 	}
@@ -264,5 +264,57 @@ func TestFailoverJobSecure(t *testing.T) {
 	}
 	if p := j.Spec.Template.Spec; p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
 		t.Error("the failover pod must not mount a ServiceAccount token: it talks to PostgreSQL only")
+	}
+}
+
+// TestSwitchover: spec.primary moves the primary on purpose once every
+// instance is ready, and the record says Switchover.
+func TestSwitchover(t *testing.T) {
+	xr := readYAMLStruct(t, "example/xrs/large.yaml")
+	req := xrRequest(xr, compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	xr.GetFields()["spec"].GetStructValue().Fields["primary"] = structpb.NewNumberValue(1)
+	cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, false, true)...)
+
+	// A standby is not ready: the switchover waits.
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, cluster)
+	if got := failoverStateOf(t, rsp); got.Job || got.Condition != "STATUS_CONDITION_FALSE/"+reasonSwitchoverWaits {
+		t.Fatalf("with analytics-1 unready: Job %v, condition %s; want no Job, %s", got.Job, got.Condition, reasonSwitchoverWaits)
+	}
+
+	cluster = append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, true, true)...)
+	rsp = runTestIn(t, req, cluster)
+	got := failoverStateOf(t, rsp)
+	if !got.Job || got.JobFrom != "0" || got.Condition != "STATUS_CONDITION_TRUE/InProgress" {
+		t.Fatalf("switchover Job: %+v", got)
+	}
+	job := decodeInto[batchv1.Job](t, rsp.GetDesired().GetResources()[string(rnFailover)].GetResource())
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["MODE"] != "switchover" || env["TARGET_ORDINAL"] != "1" {
+		t.Errorf("switchover Job env MODE=%q TARGET_ORDINAL=%q", env["MODE"], env["TARGET_ORDINAL"])
+	}
+
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, `{"result":"promoted","from":0,"to":1,"timeline":2,"lsn":"0/6000000","reason":"Switchover"}`)))
+	want := failoverState{Job: true, JobFrom: "0", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 1, LastTo: "analytics-1", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	if d := cmp.Diff(want, failoverStateOf(t, rsp)); d != "" {
+		t.Errorf("after the switchover (-want +got):\n%s", d)
+	}
+	if r := stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "failover", "last", "reason"); r != reasonSwitchover {
+		t.Errorf("status.failover.last.reason %q, want %s", r, reasonSwitchover)
+	}
+	// Recorded: the Job goes and nothing else is asked for.
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, cluster)
+	if got := failoverStateOf(t, rsp); got.Job || got.Primary != "1" {
+		t.Errorf("once recorded: Job %v, primary %s; want no Job, primary 1", got.Job, got.Primary)
 	}
 }

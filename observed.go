@@ -86,7 +86,7 @@ var (
 	// pods are required by it), what it was created for, its image (kept
 	// while it runs) and its outcome.
 	failoverJobFields = fields{
-		"metadata": {"uid": nil, "annotations": {annotationFailoverFrom: nil, annotationFailoverCount: nil}},
+		"metadata": {"uid": nil, "annotations": {annotationFailoverFrom: nil, annotationFailoverCount: nil, annotationFailoverTarget: nil}},
 		"spec":     {"template": {"spec": {"containers": {"name": nil, "image": nil}}}},
 		"status":   nil,
 	}

@@ -107,6 +107,62 @@ report_existing_primary() {
 	done
 }
 
+# switchover: a planned move of the primary to TARGET_ORDINAL, losing
+# nothing: the old primary turns read-only and its sessions end, the target
+# replays everything the old primary wrote, then it is promoted. Any failure
+# before the promotion makes the old primary writable again.
+switchover() {
+	local to=$((10#$TARGET_ORDINAL)) row end i
+	((to != from && to < INSTANCES)) || die "TARGET_ORDINAL $to must be another instance below $INSTANCES"
+	row=$(remote_query "${hosts[from]}" "$SQL_ROLE") || row=''
+	[[ $row == t\|* ]] || die "the primary ordinal $from does not answer as a primary ('$row'): not switching over"
+	row=$(remote_query "${hosts[to]}" "SELECT pg_is_in_recovery()") || row=''
+	[[ $row == t ]] || die "ordinal $to does not answer as a standby ('$row'): not switching over"
+	trap 'log "switchover failed: making ordinal $from writable again"; remote_query "${hosts[from]}" "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null; remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null' EXIT
+	log "switchover from ordinal $from to $to: the primary turns read-only and its sessions end"
+	remote_query "${hosts[from]}" "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null || die "cannot make the primary read-only"
+	remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null || die "cannot reload the primary"
+	remote_query "${hosts[from]}" "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null ||
+		die "cannot end the primary's sessions"
+	end=$(remote_query "${hosts[from]}" "SELECT pg_current_wal_lsn()") || die "cannot read the primary's WAL position"
+	log "the primary wrote up to $end; waiting for ordinal $to to replay it"
+	for ((i = 0; i < 120; i++)); do
+		row=$(remote_query "${hosts[to]}" "SELECT pg_last_wal_replay_lsn() >= '$end'::pg_lsn") || row=''
+		[[ $row != t ]] || break
+		sleep 1
+	done
+	[[ $row == t ]] || die "ordinal $to did not replay up to $end within 120s"
+	promote "$to" Switchover
+}
+
+# promote T REASON: promote ordinal T, create the other ordinals' slots on
+# it, and report.
+promote() {
+	local to=$1 reason=$2 row slots='' name k
+	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)") || row=''
+	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
+	trap - EXIT
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != to)) || continue
+		name=$DATABASE-$k
+		name=${name,,}
+		name=${name//[^a-z0-9_]/_}
+		slots+="${slots:+, }('$name')"
+	done
+	remote_query "${hosts[to]}" "SELECT count(pg_create_physical_replication_slot(s, true)) FROM (VALUES $slots) v(s)
+		WHERE s NOT IN (SELECT slot_name FROM pg_replication_slots)" >/dev/null ||
+		log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
+	row=$(remote_query "${hosts[to]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
+	[[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] || die "ordinal $to does not answer as a primary after the promotion (answer '$row')"
+	log "ordinal $to is the primary on timeline ${BASH_REMATCH[1]}"
+	finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$to,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"$reason\"}"
+}
+
+if [[ ${MODE:-failover} == switchover ]]; then
+	require_int TARGET_ORDINAL 0
+	switchover
+fi
+
 log "primary ordinal $from (${hosts[from]}) is not ready; watching it for ${GRACE_SECONDS}s"
 start=$SECONDS
 silent_since=$SECONDS
@@ -159,21 +215,4 @@ done
 if primary_answers; then
 	finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again before the promotion\"}"
 fi
-row=$(remote_query "${hosts[best]}" "SELECT pg_promote(true, 60)") || row=''
-[[ $row == t ]] || die "pg_promote on ordinal $best did not complete (answer '$row')"
-
-slots=''
-for ((k = 0; k < INSTANCES; k++)); do
-	((k != best)) || continue
-	name=$DATABASE-$k
-	name=${name,,}
-	name=${name//[^a-z0-9_]/_}
-	slots+="${slots:+, }('$name')"
-done
-remote_query "${hosts[best]}" "SELECT count(pg_create_physical_replication_slot(s, true)) FROM (VALUES $slots) v(s)
-	WHERE s NOT IN (SELECT slot_name FROM pg_replication_slots)" >/dev/null ||
-	log "could not create the replication slots on ordinal $best; standbys that miss theirs are cloned again"
-row=$(remote_query "${hosts[best]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
-[[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] || die "ordinal $best does not answer as a primary after the promotion (answer '$row')"
-log "ordinal $best is the primary on timeline ${BASH_REMATCH[1]}"
-finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$best,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\"}"
+promote "$best" PrimaryLost
