@@ -184,23 +184,38 @@ while :; do
 done
 log "primary ordinal $from did not answer as a primary for ${GRACE_SECONDS}s (last: $primary_state): choosing a standby"
 
-best=-1 best_tli=-1 best_lsn=-1 best_text=''
-for ((k = 0; k < INSTANCES; k++)); do
-	((k != from)) || continue
-	row=$(remote_query "${hosts[k]}" "SELECT pg_is_in_recovery(),
-			coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
-			coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), pg_last_wal_replay_lsn(), '0/0')") || {
-		log "ordinal $k (${hosts[k]}) does not answer"
-		continue
-	}
-	IFS='|' read -r recovery tli lsn <<<"$row"
-	[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
-	n=$(lsn_int "$lsn")
-	log "ordinal $k: standby on timeline $tli, received up to $lsn"
-	if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
-		best=$k best_tli=$tli best_lsn=$n best_text=$lsn
-	fi
+# Every standby must answer before one is chosen: one that is slow to
+# answer (a loaded node) may hold WAL the others lack, and promoting another
+# would lose its commits and leave it diverged. Only after CANDIDATE_ROUNDS
+# rounds (2 s apart) does the choice go ahead among those that answered.
+CANDIDATE_ROUNDS=${CANDIDATE_ROUNDS:-15}
+require_int CANDIDATE_ROUNDS 1
+for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
+	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != from)) || continue
+		row=$(remote_query "${hosts[k]}" "SELECT pg_is_in_recovery(),
+				coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
+				coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), pg_last_wal_replay_lsn(), '0/0')") || {
+			log "ordinal $k (${hosts[k]}) does not answer (round $round of $CANDIDATE_ROUNDS)"
+			silent=$((silent + 1))
+			continue
+		}
+		IFS='|' read -r recovery tli lsn <<<"$row"
+		[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
+		n=$(lsn_int "$lsn")
+		log "ordinal $k: standby on timeline $tli, received up to $lsn"
+		if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
+			best=$k best_tli=$tli best_lsn=$n best_text=$lsn
+		fi
+	done
+	((silent > 0 && round < CANDIDATE_ROUNDS)) || break
+	report_existing_primary
+	sleep 2
 done
+if ((silent > 0 && best >= 0)); then
+	log "WARNING: $silent standby(s) never answered; choosing among those that did: a silent one may hold more WAL (it is cloned again when it returns)"
+fi
 if ((best < 0)); then
 	log "no standby answers: nothing to promote; the Job retries"
 	exit 5
