@@ -56,40 +56,28 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
 	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
-	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, statusFields)
-	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, restoreJobFields)
-	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, failoverJobFields)
+	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, whole)
+	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, whole)
+	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, whole)
 	return o, errors.Join(errs[:]...)
 }
 
 // fields is a projection: the parts of an observed object the function
 // reads. A nil subtree takes the whole value; a projection applied to a list
 // applies to each element. Decoding only these is most of the speed of a
-// request with full observed state (a StatefulSet is hundreds of fields).
+// request with full observed state (a StatefulSet is hundreds of fields, the
+// ConfigMap carries every script). A field left out of a projection reads as
+// unset, so a projection is kept for the big objects only, and the small ones
+// (the CronJob, the restore Job) are decoded whole: their every field reads as
+// the cluster has it (a CronJob's spec.suspend once read nil when it was true).
 type fields map[string]fields
+
+// whole is no projection: decodeAs decodes the whole object (wholeObject).
+var whole fields
 
 var (
 	secretFields    = fields{"data": nil}
 	configMapFields = fields{"data": {keyInitialized: nil, keyPrimary: nil}}
-	statusFields    = fields{"status": nil}
-	// What planRestore reads back from the restore Job to freeze it and to
-	// record what it ran.
-	restoreJobFields = fields{
-		"metadata": {"annotations": {annotationRestoreHash: nil, annotationRestoreAttempt: nil}},
-		"spec": {"template": {"spec": {
-			"containers": {"name": nil, "image": nil, "env": nil},
-			"affinity":   nil,
-		}}},
-		"status": nil,
-	}
-	// What planFailover reads back from the failover Job: its uid (its
-	// pods are required by it), what it was created for, its image (kept
-	// while it runs) and its outcome.
-	failoverJobFields = fields{
-		"metadata": {"uid": nil, "annotations": {annotationFailoverFrom: nil, annotationFailoverCount: nil, annotationFailoverTarget: nil}},
-		"spec":     {"template": {"spec": {"containers": {"name": nil, "image": nil}}}},
-		"status":   nil,
-	}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = fields{
 		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},
@@ -135,8 +123,31 @@ func projectValue(v *structpb.Value, f fields) any {
 	return v.AsInterface()
 }
 
-// decodeAs decodes the projected fields of one observed composed resource
-// into its typed kind, or returns nil when Crossplane has not observed it.
+// wholeObject is every field of s but metadata.managedFields: the API
+// server's record of who applied what, which no rule reads and which in a
+// cluster is often as large as the spec.
+func wholeObject(s *structpb.Struct) map[string]any {
+	out := make(map[string]any, len(s.GetFields()))
+	for k, v := range s.GetFields() {
+		md := v.GetStructValue()
+		if k != "metadata" || md == nil {
+			out[k] = v.AsInterface()
+			continue
+		}
+		meta := make(map[string]any, len(md.GetFields()))
+		for mk, mv := range md.GetFields() {
+			if mk != "managedFields" {
+				meta[mk] = mv.AsInterface()
+			}
+		}
+		out[k] = meta
+	}
+	return out
+}
+
+// decodeAs decodes the projected fields (all of them with whole) of one
+// observed composed resource into its typed kind, or returns nil when
+// Crossplane has not observed it.
 func decodeAs[T any, PT interface {
 	*T
 	runtime.Object
@@ -145,7 +156,12 @@ func decodeAs[T any, PT interface {
 	if r == nil {
 		return nil, nil
 	}
-	m := project(r, f)
+	var m map[string]any
+	if f == nil {
+		m = wholeObject(r)
+	} else {
+		m = project(r, f)
+	}
 	if err := guardQuantities(m); err != nil {
 		return nil, fmt.Errorf("cannot decode observed composed resource %q: %w", name, err)
 	}

@@ -9,27 +9,50 @@ import (
 	"github.com/crossplane/function-sdk-go/resource"
 )
 
-// ready is the function's own readiness rule for a composed resource. Core
-// kinds have no Ready condition, so Crossplane's default rule would never
-// turn them ready: every resource gets an explicit True or False.
+// readyRule tells whether the composed resource name is ready, from the
+// observed state and the number of instances the Database wants.
+type readyRule func(name resource.Name, o *observed, wantReplicas int32) bool
+
+// readiness holds the function's readiness rule of every composed resource,
+// by composition resource name. Core kinds have no Ready condition, so
+// Crossplane's default rule would never turn them ready: every resource gets
+// an explicit True or False. There is no default: a resource without a rule
+// here is never ready, and TestComposedKindChecklist fails until it has one
+// (a new kind, say a PgBouncer Deployment, must say when it is ready).
+var readiness = map[resource.Name]readyRule{
+	rnCredentials:     observedExists,
+	rnSuperuser:       observedExists,
+	rnScripts:         observedExists,
+	rnService:         observedExists,
+	rnServiceRead:     observedExists,
+	rnServiceHeadless: observedExists,
+	rnPDB:             observedExists,
+	rnNetworkPolicy:   observedExists,
+	// A CronJob that has not run yet is ready: backup health is its own
+	// condition (BackupHealthy), or a new Database would stay unready until
+	// its first backup.
+	rnBackup: observedExists,
+	rnStatefulSet: func(_ resource.Name, o *observed, want int32) bool {
+		return statefulSetReady(o.StatefulSet, want)
+	},
+	rnRestore: func(_ resource.Name, o *observed, _ int32) bool {
+		return jobSucceeded(o.Restore)
+	},
+	// Not ready while it runs: the Database has no primary then.
+	rnFailover: func(_ resource.Name, o *observed, _ int32) bool {
+		return jobSucceeded(o.Failover)
+	},
+}
+
+// observedExists is the rule of kinds that work once they exist: Secrets,
+// the ConfigMap, Services, the PDB, the NetworkPolicy.
+func observedExists(name resource.Name, o *observed, _ int32) bool {
+	return o.exists[name]
+}
+
+// ready is the readiness the function reports for a composed resource.
 func ready(name resource.Name, o *observed, wantReplicas int32) fnv1.Ready {
-	var ok bool
-	switch name {
-	case rnStatefulSet:
-		ok = statefulSetReady(o.StatefulSet, wantReplicas)
-	case rnRestore:
-		ok = jobSucceeded(o.Restore)
-	case rnFailover:
-		// Not ready while it runs: the Database has no primary then.
-		ok = jobSucceeded(o.Failover)
-	default:
-		// Secrets, ConfigMap, Services, PDB, NetworkPolicy and the CronJob
-		// are ready once they exist. A CronJob that has not run yet is
-		// ready: backup health is its own condition, or a new Database
-		// would stay unready until its first backup.
-		ok = o.exists[name]
-	}
-	if ok {
+	if rule, ok := readiness[name]; ok && rule(name, o, wantReplicas) {
 		return fnv1.Ready_READY_TRUE
 	}
 	return fnv1.Ready_READY_FALSE

@@ -89,6 +89,13 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 					Annotations: map[string]string{annotationConfigHash: configHash},
 				},
 				Spec: podSpecDefaults(corev1.PodSpec{
+					// The pause container, not the postmaster, is PID 1 and
+					// reaps orphans. A probe the kubelet kills on timeout
+					// leaves its psql behind; reparented to a postmaster
+					// running as PID 1, its exit (SIGPIPE) read as a crashed
+					// backend and restarted the whole server (seen on the
+					// real node under load, on primaries and standbys).
+					ShareProcessNamespace: ptr.To(true),
 					// PostgreSQL's fast shutdown needs time to checkpoint.
 					TerminationGracePeriodSeconds: ptr.To[int64](60),
 					Affinity:                      spreadInstances(db),

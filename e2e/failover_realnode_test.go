@@ -136,7 +136,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 		// The data directory emptied under a running postgres, which then
 		// stops (SIGQUIT: immediate): the entrypoint finds an empty volume
 		// of an initialised Database and holds.
-		if out, err := s.execIn(ns, from, "postgres", "bash", "-c", `find "$PGDATA" -mindepth 1 -delete; kill -QUIT 1`); err != nil {
+		if out, err := s.execIn(ns, from, "postgres", "bash", "-c", `pid=$(head -1 "$PGDATA/postmaster.pid"); find "$PGDATA" -mindepth 1 -delete; kill -QUIT "$pid"`); err != nil {
 			t.Logf("emptying %s: %v %s", from, err, out)
 		}
 	}
