@@ -139,7 +139,8 @@ switchover() {
 # it, and report.
 promote() {
 	local to=$1 reason=$2 row slots='' name k
-	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)") || row=''
+	# pg_promote waits up to 60 s for the promotion: so does the query.
+	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)" 65) || row=''
 	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
 	trap - EXIT
 	for ((k = 0; k < INSTANCES; k++)); do
@@ -168,10 +169,12 @@ start=$SECONDS
 silent_since=$SECONDS
 primary_state=silent
 while :; do
+	# An unrecorded promotion first: a frozen old primary that resumes still
+	# answers as a primary (on the old timeline) until its probe fences it.
+	report_existing_primary
 	if primary_answers; then
 		finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again after $((SECONDS - start))s\"}"
 	fi
-	report_existing_primary
 	[[ $primary_state == silent ]] || silent_since=$SECONDS
 	if ((SECONDS - silent_since >= GRACE_SECONDS)); then
 		break

@@ -7,6 +7,15 @@
 # Nothing here prints a password or passes one as a process argument: secrets
 # are read with bash builtins and written to pipes or 0600 files only.
 
+# The server's own directory first: in the postgres images (and Debian),
+# /usr/bin/psql, pg_isready and friends are postgresql-common's Perl wrapper,
+# which costs more CPU than the query it runs; the probes run every few
+# seconds in every pod.
+if _pg_bin=$(command -v postgres) && [[ $_pg_bin == */* ]]; then
+	PATH="${_pg_bin%/*}:$PATH"
+fi
+unset _pg_bin
+
 # log MESSAGE...: one line on stderr, UTC timestamp and the script's tag
 # (bash's printf %()T: no process per line).
 log() {
@@ -237,17 +246,17 @@ superuser_passfile() {
 	printf '%s\n' "$path"
 }
 
-# remote_query HOST:PORT SQL: the rows SQL returns on that postgres, as the
-# superuser (fields separated by |). Fails when it does not answer within
-# PEER_TIMEOUT seconds (default 2): a frozen or partitioned peer must not
-# stall the caller.
+# remote_query HOST:PORT SQL [SECONDS]: the rows SQL returns on that
+# postgres, as the superuser (fields separated by |). Fails when it does not
+# connect within PEER_TIMEOUT seconds (default 2) or answer within SECONDS
+# (default 4): a frozen or partitioned peer must not stall the caller.
 remote_query() {
-	local host=${1%:*} port=${1##*:} su passfile rc=0
+	local host=${1%:*} port=${1##*:} limit=${3:-4} su passfile rc=0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	# One passfile per call: callers query peers in parallel.
 	passfile=$(superuser_passfile "$STATE_DIR/superuser.$BASHPID.pgpass") || return 1
-	timeout "$((${PEER_TIMEOUT:-2} + 2))" psql -X -A -t -q \
-		-d "host=$(conninfo_quote "$host") port=$port user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=${PEER_TIMEOUT:-2} gssencmode=disable options='-c statement_timeout=5000'" \
+	timeout "$((${PEER_TIMEOUT:-2} + limit))" psql -X -A -t -q \
+		-d "host=$(conninfo_quote "$host") port=$port user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=${PEER_TIMEOUT:-2} gssencmode=disable options='-c statement_timeout=$((limit * 1000))'" \
 		-c "$2" 2>/dev/null || rc=$?
 	rm -f "$passfile"
 	return "$rc"
