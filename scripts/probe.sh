@@ -47,8 +47,13 @@ require_int READY_GRACE_SECONDS 0
 READY_MAX_LAG_BYTES=${READY_MAX_LAG_BYTES:-268435456}
 require_int READY_MAX_LAG_BYTES 0
 
+# sql STATEMENT: bounded, as everything a probe runs. A psql left waiting on
+# a hung server outlives the probe the kubelet kills on timeout and holds
+# the exec's output open, and the kubelet then hears nothing from the probe
+# for its 2-minute runtime timeout: a frozen primary looked ready that long
+# (seen on the real node).
 sql() {
-	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
+	timeout "${PROBE_QUERY_TIMEOUT:-3}" psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
 }
 
 # standby_fresh: 0 for a primary, or a standby that replicated within the last
