@@ -195,7 +195,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
 			target = t
 		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), int32(replicas), target)
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target)
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -262,7 +262,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		return fp
 	}
 	if !o.Instances.Ready[primaryPod] {
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, int32(replicas), -1), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1), true
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
@@ -281,7 +281,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 				return fp
 			}
 		}
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, int32(replicas), *t), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t), true
 		fp.Condition = switchoverRunning(db, fp.Primary, *t)
 	}
 	return fp
