@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 const (
@@ -45,7 +47,7 @@ func BenchmarkRunFunction(b *testing.B) {
 				if err != nil || len(rsp.GetResults()) > 0 {
 					b.Fatalf("unexpected: %v %v", err, rsp.GetResults())
 				}
-				data, err := deterministicCodec{}.Marshal(rsp)
+				data, err := wire.Codec{}.Marshal(rsp)
 				if err != nil {
 					b.Fatal(err)
 				}

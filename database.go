@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 // Limits and defaults of the Database API (README: The API).
@@ -296,16 +298,16 @@ func decodeSpec(v *structpb.Value) (*databaseSpec, *field.Error) {
 // what the user meant, so it is an error that names the field. Other
 // unknown keys pass: Crossplane adds its own fields to an XR's spec.
 func caseMismatch(s *structpb.Struct, t reflect.Type, p *field.Path) *field.Error {
-	fields := fieldsOf(t)
+	fields := wire.JSONFields(t)
 	for _, k := range slices.Sorted(maps.Keys(s.GetFields())) {
-		i := slices.IndexFunc(fields, func(f fieldInfo) bool { return f.name == k })
+		i := slices.IndexFunc(fields, func(f wire.Field) bool { return f.Name == k })
 		if i < 0 {
-			if j := slices.IndexFunc(fields, func(f fieldInfo) bool { return strings.EqualFold(f.name, k) }); j >= 0 {
-				return field.Invalid(p.Child(k), k, fmt.Sprintf("field names are case-sensitive: did you mean %q?", fields[j].name))
+			if j := slices.IndexFunc(fields, func(f wire.Field) bool { return strings.EqualFold(f.Name, k) }); j >= 0 {
+				return field.Invalid(p.Child(k), k, fmt.Sprintf("field names are case-sensitive: did you mean %q?", fields[j].Name))
 			}
 			continue
 		}
-		ft := t.FieldByIndex(fields[i].path).Type
+		ft := t.FieldByIndex(fields[i].Index).Type
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}

@@ -14,6 +14,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/resource"
 	"github.com/crossplane/function-sdk-go/response"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 // Function composes a PostgreSQL stack from a Database.
@@ -137,7 +139,7 @@ func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o 
 		rsp.Desired.Resources = make(map[string]*fnv1.Resource, len(desired))
 	}
 	for name, obj := range desired {
-		r, err := composedResource(string(name), obj, ready(name, o, replicas))
+		r, err := wire.Resource(string(name), obj, ready(name, o, replicas))
 		if err != nil {
 			return errors.Wrapf(err, "cannot convert %q", name)
 		}
@@ -160,7 +162,7 @@ func allReady(desired map[resource.Name]any, o *observed, replicas int32) bool {
 // setStatus merges the Database's status into the desired XR, keeping what
 // earlier steps set.
 func setStatus(rsp *fnv1.RunFunctionResponse, observedXR *structpb.Struct, s dbStatus) error {
-	st, err := toStruct(&s)
+	st, err := wire.Struct(&s)
 	if err != nil {
 		return err
 	}

@@ -6,22 +6,18 @@ import (
 	"path/filepath"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 // responseYAML renders a request or response as YAML with sorted keys, for
-// golden files.
+// golden files (wire.YAML, the debug decoder).
 func responseYAML(t testing.TB, rsp proto.Message) []byte {
 	t.Helper()
-	j, err := protojson.Marshal(rsp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := yaml.JSONToYAML(j)
+	y, err := wire.YAML(rsp)
 	if err != nil {
 		t.Fatal(err)
 	}

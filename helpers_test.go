@@ -15,6 +15,8 @@ import (
 
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 // testFunction returns a Function whose passwords are predictable, so that
@@ -183,7 +185,7 @@ func feedBack(t testing.TB, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionR
 
 // wireBytes is m as the server's codec puts it on the wire.
 func wireBytes(m proto.Message) ([]byte, error) {
-	data, err := deterministicCodec{}.Marshal(m)
+	data, err := wire.Codec{}.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
@@ -193,16 +195,12 @@ func wireBytes(m proto.Message) ([]byte, error) {
 
 // overTheWire returns rsp as Crossplane receives it: marshaled as the server
 // does and decoded. The composed resources leave RunFunction as pre-encoded
-// bytes (composedResource); this is where they become Structs again.
+// bytes (wire.Resource); this is where they become Structs again.
 func overTheWire(t testing.TB, rsp *fnv1.RunFunctionResponse) *fnv1.RunFunctionResponse {
 	t.Helper()
-	b, err := wireBytes(rsp)
+	out, err := wire.Readable(rsp)
 	if err != nil {
-		t.Fatalf("cannot marshal the response: %v", err)
-	}
-	out := &fnv1.RunFunctionResponse{}
-	if err := proto.Unmarshal(b, out); err != nil {
-		t.Fatalf("cannot unmarshal the response: %v", err)
+		t.Fatalf("cannot read the response as Crossplane would: %v", err)
 	}
 	return out
 }

@@ -10,6 +10,12 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	function "github.com/crossplane/function-sdk-go"
+	"github.com/crossplane/function-sdk-go/logging"
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/internal/server"
 )
 
 // CLI of this Function.
@@ -36,6 +42,30 @@ func (c *CLI) Run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return c.run(ctx, NewFunction(log), log)
+}
+
+// run serves fn as the flags say until ctx is done (internal/server: the
+// SDK's function.Serve cannot be stopped nor set the server's limits).
+func (c *CLI) run(ctx context.Context, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) error {
+	return server.Run(ctx, c.options(), fn, log)
+}
+
+// options are the server's options the flags set.
+func (c *CLI) options() server.Options {
+	return server.Options{
+		Network:              c.Network,
+		Address:              c.Address,
+		TLSServerCertsDir:    c.TLSServerCertsDir,
+		Insecure:             c.Insecure,
+		MetricsAddress:       c.MetricsAddress,
+		MaxRecvMessageSize:   c.MaxRecvMessageSize,
+		MaxConcurrentStreams: c.MaxConcurrentStreams,
+		ConnectionTimeout:    c.ConnectionTimeout,
+	}
+}
+
+func newLogger(debug bool) (logging.Logger, error) {
+	return function.NewLogger(debug)
 }
 
 func main() {

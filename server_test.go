@@ -41,7 +41,12 @@ import (
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/proto/v1beta1"
+
+	"github.com/example/function-database/internal/server"
 )
+
+// mebibyte is a request or message size unit of these tests.
+const mebibyte = 1 << 20
 
 // parseCLI parses args as the binary does, defaults and environment
 // included. TLS_SERVER_CERTS_DIR is cleared unless the test sets it.
@@ -61,9 +66,9 @@ func parseCLI(t *testing.T, args ...string) *CLI {
 // startServer serves fn as c says on a 127.0.0.1 port, until the test ends.
 func startServer(t *testing.T, c *CLI, fn fnv1.FunctionRunnerServiceServer) string {
 	t.Helper()
-	s, err := c.newServer(fn, logging.NewNopLogger())
+	s, err := server.New(c.options(), fn, logging.NewNopLogger())
 	if err != nil {
-		t.Fatalf("newServer: %v", err)
+		t.Fatalf("server.New: %v", err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +76,7 @@ func startServer(t *testing.T, c *CLI, fn fnv1.FunctionRunnerServiceServer) stri
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, lis, nil) }()
+	go func() { done <- s.Serve(ctx, lis, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -79,7 +84,7 @@ func startServer(t *testing.T, c *CLI, fn fnv1.FunctionRunnerServiceServer) stri
 			if err != nil {
 				t.Errorf("serve returned an error after it was stopped: %v", err)
 			}
-		case <-time.After(shutdownGrace + 10*time.Second):
+		case <-time.After(server.ShutdownGrace + 10*time.Second):
 			t.Errorf("the server did not stop")
 		}
 	})
@@ -720,7 +725,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		if err != nil {
 			t.Errorf("run returned %v after it was stopped; want nil", err)
 		}
-	case <-time.After(shutdownGrace + 10*time.Second):
+	case <-time.After(server.ShutdownGrace + 10*time.Second):
 		t.Fatal("run did not return after it was stopped")
 	}
 }
@@ -729,7 +734,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 // server metrics, plus the Go runtime's and the process's.
 func TestMetrics(t *testing.T) {
 	c := parseCLI(t, "--insecure", "--metrics-address=127.0.0.1:0")
-	s, err := c.newServer(fuzzFunction(), logging.NewNopLogger())
+	s, err := server.New(c.options(), fuzzFunction(), logging.NewNopLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +748,7 @@ func TestMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, lis, mlis) }()
+	go func() { done <- s.Serve(ctx, lis, mlis) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -918,7 +923,7 @@ func TestServeStops(t *testing.T) {
 			if tc.metrics {
 				args = []string{"--insecure", "--metrics-address=127.0.0.1:0"}
 			}
-			s, err := parseCLI(t, args...).newServer(fuzzFunction(), logging.NewNopLogger())
+			s, err := server.New(parseCLI(t, args...).options(), fuzzFunction(), logging.NewNopLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -936,7 +941,7 @@ func TestServeStops(t *testing.T) {
 			defer cancel()
 			tc.stop(cancel, mlis)
 			done := make(chan error, 1)
-			go func() { done <- s.serve(ctx, lis, mlis) }()
+			go func() { done <- s.Serve(ctx, lis, mlis) }()
 			select {
 			case err := <-done:
 				got := ""
@@ -946,7 +951,7 @@ func TestServeStops(t *testing.T) {
 				if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 					t.Errorf("%s\nserve returned %q, want an error saying %q", tc.reason, got, tc.want)
 				}
-			case <-time.After(shutdownGrace + 10*time.Second):
+			case <-time.After(server.ShutdownGrace + 10*time.Second):
 				t.Fatalf("%s\nserve did not return", tc.reason)
 			}
 		})

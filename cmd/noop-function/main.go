@@ -49,8 +49,8 @@ func main() {
 	maxRecv := fs.Int("max-recv-message-size", 16, "Largest request accepted, in MiB.")
 	_ = fs.Parse(os.Args[1:])
 
-	// Same construction as the real function (main.go/server.go at the repo
-	// root): a zap logger, then function.Serve with Listen, MTLSCertificates,
+	// Same construction as the real function (main.go, internal/server): a
+	// zap logger, then function.Serve with Listen, MTLSCertificates,
 	// Insecure, MaxRecvMessageSize, WithMetricsServer and a gRPC health
 	// server, so startup cost and baseline RSS are comparable.
 	log, err := function.NewLogger(*debug)

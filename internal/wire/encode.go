@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"cmp"
@@ -10,7 +10,6 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +26,7 @@ import (
 )
 
 // The composed resources go into the response as google.protobuf.Struct. The
-// converter here walks a typed Kubernetes object once, by reflection, and
+// encoder here walks a typed Kubernetes object once, by reflection, and
 // appends that Struct's protobuf wire form straight to a byte slice: no JSON
 // round trip, no unstructured map, no tree of structpb.Value objects that
 // would only be built to be marshaled and thrown away (that tree and its
@@ -35,7 +34,8 @@ import (
 //
 // The output is the canonical deterministic encoding: the bytes
 // proto.MarshalOptions{Deterministic: true} gives for the same Struct (keys
-// sorted), which convert_test.go checks for every composed kind.
+// sorted), which encode_test.go checks on small types and the root
+// package's compose_test.go for every composed kind.
 //
 // It follows the JSON tags, and strips what the API server owns or what Go's
 // zero values add, guided by the types rather than the values:
@@ -66,13 +66,13 @@ const (
 	tagResource     = byte(1<<3) | byte(protowire.BytesType)   // fnv1.Resource.resource
 )
 
-// composedResource returns the Resource for obj, composed as name, with the
-// given readiness. Its resource field travels as pre-encoded bytes (the
-// message's unknown field 1, which protobuf marshals verbatim), so on the
-// wire it is exactly a Resource whose resource is obj's Struct. Inside this
-// process GetResource() is nil: whoever needs the Struct decodes the
-// marshaled response, as Crossplane does.
-func composedResource(name string, obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
+// Resource returns the Resource for obj, composed as name, with the given
+// readiness. Its resource field travels as pre-encoded bytes (the message's
+// unknown field 1, which protobuf marshals verbatim), so on the wire it is
+// exactly a Resource whose resource is obj's Struct. Inside this process
+// GetResource() is nil: whoever needs the Struct decodes the marshaled
+// response, as Crossplane does, or reads it with Readable.
+func Resource(name string, obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
 	hint := sizeHint(name)
 	b, err := appendStructMessage(make([]byte, 0, hint.Load()), tagResource, obj)
 	if err != nil {
@@ -100,10 +100,11 @@ func sizeHint(name string) *atomic.Int64 {
 	return actual.(*atomic.Int64) //nolint:forcetypeassert // only *atomic.Int64 is stored
 }
 
-// toStruct converts a typed Kubernetes object into a protobuf Struct (for
-// the few places that merge into a Struct, such as the XR's status).
-func toStruct(obj any) (*structpb.Struct, error) {
-	b, err := marshalStruct(obj)
+// Struct converts a typed Kubernetes object into a protobuf Struct, by the
+// same rules as Resource (for the few places that merge into a Struct, such
+// as the XR's status).
+func Struct(obj any) (*structpb.Struct, error) {
+	b, err := MarshalStruct(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +115,9 @@ func toStruct(obj any) (*structpb.Struct, error) {
 	return s, nil
 }
 
-// marshalStruct returns the wire form of obj's Struct.
-func marshalStruct(obj any) ([]byte, error) {
+// MarshalStruct returns the wire form of obj's Struct: the bytes
+// proto.MarshalOptions{Deterministic: true} gives for Struct(obj).
+func MarshalStruct(obj any) ([]byte, error) {
 	v, err := structOf(obj)
 	if err != nil {
 		return nil, err
@@ -191,96 +193,19 @@ func appendBool(b []byte, x bool) []byte {
 	return append(b, tagBool, 0)
 }
 
-// fieldInfo is a struct field's JSON encoding, cached per type.
-type fieldInfo struct {
-	path      []int // field indexes from the outer struct, through inlined ones
-	name      string
-	omitEmpty bool
-	omitZero  bool
-}
-
-var fieldCache sync.Map // reflect.Type -> []fieldInfo
-
-// fieldsOf returns t's JSON fields sorted by name, inlined structs flattened
-// (the shallowest field wins a name, as in encoding/json), so that a Struct's
-// keys come out in the deterministic order without sorting per request.
-func fieldsOf(t reflect.Type) []fieldInfo {
-	if f, ok := fieldCache.Load(t); ok {
-		return f.([]fieldInfo) //nolint:forcetypeassert // only []fieldInfo is stored
-	}
-	var fs []fieldInfo
-	depth := map[string]int{}
-	var walk func(t reflect.Type, path []int)
-	walk = func(t reflect.Type, path []int) {
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			if !sf.IsExported() && !sf.Anonymous {
-				continue
-			}
-			tag := sf.Tag.Get("json")
-			if tag == "-" {
-				continue
-			}
-			name, opts, _ := strings.Cut(tag, ",")
-			p := append(slices.Clip(path), i)
-			if (name == "" && sf.Anonymous) || strings.Contains(opts, "inline") {
-				ft := sf.Type
-				if ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				if ft.Kind() == reflect.Struct {
-					walk(ft, p)
-				}
-				continue
-			}
-			if !sf.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = sf.Name
-			}
-			if d, seen := depth[name]; seen && d <= len(p) {
-				continue
-			}
-			fs = slices.DeleteFunc(fs, func(f fieldInfo) bool { return f.name == name })
-			depth[name] = len(p)
-			fs = append(fs, fieldInfo{path: p, name: name, omitEmpty: strings.Contains(opts, "omitempty"), omitZero: strings.Contains(opts, "omitzero")})
-		}
-	}
-	walk(t, nil)
-	slices.SortFunc(fs, func(a, b fieldInfo) int { return cmp.Compare(a.name, b.name) })
-	fieldCache.Store(t, fs)
-	return fs
-}
-
-// fieldByPath follows path from v; ok is false when it crosses a nil pointer to an
-// inlined struct.
-func fieldByPath(v reflect.Value, path []int) (reflect.Value, bool) {
-	for i, idx := range path {
-		if i > 0 && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}, false
-			}
-			v = v.Elem()
-		}
-		v = v.Field(idx)
-	}
-	return v, true
-}
-
 // appendFields appends the Struct fields of struct v (top: without status).
 func appendFields(b []byte, v reflect.Value, top bool) ([]byte, error) {
-	for _, fi := range fieldsOf(v.Type()) {
-		if top && fi.name == "status" {
+	for _, fi := range JSONFields(v.Type()) {
+		if top && fi.Name == "status" {
 			continue
 		}
-		f, ok := fieldByPath(v, fi.path)
+		f, ok := fieldByPath(v, fi.Index)
 		if !ok || (fi.omitEmpty && isEmpty(f)) || (fi.omitZero && f.IsZero()) {
 			continue
 		}
 		var err error
-		if b, err = appendEntry(b, fi.name, f); err != nil {
-			return nil, fmt.Errorf("%s: %w", fi.name, err)
+		if b, err = appendEntry(b, fi.Name, f); err != nil {
+			return nil, fmt.Errorf("%s: %w", fi.Name, err)
 		}
 	}
 	return b, nil

@@ -1,4 +1,22 @@
-package main
+// Package server serves a composition function over gRPC, as function-sdk-go's
+// function.Serve does (reflection, the v1 and v1beta1 RunFunction services,
+// health, Prometheus metrics, mTLS from a certificates directory or plain
+// text), with what function.Serve (v0.7.1) lacks:
+//   - limits: keepalive pings and their enforcement, concurrent streams per
+//     connection, request header size, the TLS handshake's timeout;
+//   - a stop: Serve returns when its context is done, after draining the
+//     requests in flight, and serves on listeners it is given (function.Serve
+//     blocks until an error, listens itself, and cannot be stopped);
+//   - failures seen: a metrics port that cannot be bound is an error (the SDK
+//     ignores it and serves no metrics), and a panic in any handler becomes an
+//     Internal error for that request instead of a dead process;
+//   - a process-local metrics registry, so that servers can run one after
+//     another in one process, as the tests do (function.Serve defaults to the
+//     global one; WithMetricsRegistry can change that, not the rest).
+//
+// Importing it replaces grpc's default codec with wire.Codec (deterministic
+// bytes from pooled buffers).
+package server
 
 import (
 	"context"
@@ -20,24 +38,18 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	function "github.com/crossplane/function-sdk-go"
 	"github.com/crossplane/function-sdk-go/errors"
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/crossplane/function-sdk-go/proto/v1beta1"
+
+	"github.com/example/function-database/internal/wire"
 )
 
-// The server is built here rather than by function.Serve, which can set
-// neither keepalive, stream nor handshake limits, cannot be stopped, and
-// registers its metrics in the global Prometheus registry (so it cannot run
-// twice in one process, as the tests do). It registers the same services
-// as the SDK: reflection, v1 and v1beta1 RunFunction, health, and metrics
-// when --metrics-address is set.
 const (
 	mebibyte = 1 << 20
 
@@ -59,19 +71,39 @@ const (
 	// would disconnect such clients.
 	keepaliveMinTime = 5 * time.Second
 
-	// shutdownGrace is how long a stopping server waits for requests in
+	// ShutdownGrace is how long a stopping server waits for requests in
 	// flight (RunFunction takes milliseconds) before closing connections;
 	// below Kubernetes' default 30 s termination grace period.
-	shutdownGrace = 15 * time.Second
+	ShutdownGrace = 15 * time.Second
 )
 
-// credentials returns the transport credentials the flags ask for: mTLS
+// Options are how to serve: the function's command-line flags.
+type Options struct {
+	// Network and Address to listen on for gRPC.
+	Network, Address string
+	// TLSServerCertsDir holds tls.crt, tls.key and ca.crt for mTLS.
+	TLSServerCertsDir string
+	// Insecure serves plain text, for development; it wins over
+	// TLSServerCertsDir.
+	Insecure bool
+	// MetricsAddress serves Prometheus metrics over HTTP; empty turns them off.
+	MetricsAddress string
+	// MaxRecvMessageSize is the largest request accepted, in MiB.
+	MaxRecvMessageSize int
+	// MaxConcurrentStreams is the most requests served at once on one
+	// connection.
+	MaxConcurrentStreams uint32
+	// ConnectionTimeout bounds a new connection's TLS handshake.
+	ConnectionTimeout time.Duration
+}
+
+// credentials returns the transport credentials the options ask for: mTLS
 // from the certificates directory, as the SDK loads it (TLS 1.2 or later,
 // a client certificate signed by ca.crt required), or plain text with
 // --insecure, which wins when both are given, as with the SDK. Having
 // neither is an error: a server that fell back to plain text in a cluster
 // would answer any client.
-func (c *CLI) credentials() (credentials.TransportCredentials, error) {
+func (c *Options) credentials() (credentials.TransportCredentials, error) {
 	if c.Insecure {
 		return insecure.NewCredentials(), nil
 	}
@@ -85,17 +117,18 @@ func (c *CLI) credentials() (credentials.TransportCredentials, error) {
 	return o.Credentials, nil
 }
 
-// server is this function's gRPC server with its health service and, when
+// Server is a function's gRPC server with its health service and, when
 // metrics are on, its Prometheus handler.
-type server struct {
+type Server struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	metrics http.Handler
 	log     logging.Logger
 }
 
-// newServer builds the gRPC server the flags describe, serving fn.
-func (c *CLI) newServer(fn fnv1.FunctionRunnerServiceServer, log logging.Logger) (*server, error) {
+// New builds the gRPC server the options describe, serving fn. It checks
+// the options and loads the certificates, and listens on nothing yet.
+func New(c Options, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) (*Server, error) {
 	creds, err := c.credentials()
 	if err != nil {
 		return nil, err
@@ -110,7 +143,7 @@ func (c *CLI) newServer(fn fnv1.FunctionRunnerServiceServer, log logging.Logger)
 		return nil, errors.Errorf("--connection-timeout must be positive, not %s", c.ConnectionTimeout)
 	}
 
-	s := &server{health: health.NewServer(), log: log}
+	s := &Server{health: health.NewServer(), log: log}
 	var interceptors []grpc.UnaryServerInterceptor
 	var m *grpcprometheus.ServerMetrics
 	if c.MetricsAddress != "" {
@@ -164,11 +197,11 @@ func recoverPanics(log logging.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-// serve serves gRPC on lis, and metrics on mlis unless it is nil, until ctx
+// Serve serves gRPC on lis, and metrics on mlis unless it is nil, until ctx
 // is done; then it stops taking requests, drains those in flight for up to
-// shutdownGrace and returns nil. If the metrics server fails, it stops the
+// ShutdownGrace and returns nil. If the metrics server fails, it stops the
 // same way and returns why. It closes both listeners.
-func (s *server) serve(ctx context.Context, lis, mlis net.Listener) error {
+func (s *Server) Serve(ctx context.Context, lis, mlis net.Listener) error {
 	var metrics *http.Server
 	metricsErr := make(chan error, 1)
 	if mlis != nil && s.metrics != nil {
@@ -191,7 +224,7 @@ func (s *server) serve(ctx context.Context, lis, mlis net.Listener) error {
 		s.health.Shutdown()
 		if metrics != nil {
 			// ctx is done: drain with a deadline of its own.
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownGrace)
 			_ = metrics.Shutdown(sctx)
 			cancel()
 		}
@@ -199,7 +232,7 @@ func (s *server) serve(ctx context.Context, lis, mlis net.Listener) error {
 		go func() { s.grpc.GracefulStop(); close(drained) }()
 		select {
 		case <-drained:
-		case <-time.After(shutdownGrace):
+		case <-time.After(ShutdownGrace):
 			s.grpc.Stop()
 		}
 	}()
@@ -218,11 +251,11 @@ func (s *server) serve(ctx context.Context, lis, mlis net.Listener) error {
 	return stopErr
 }
 
-// run serves fn as the flags say until ctx is done. Transport security is
+// Run serves fn as the options say until ctx is done. Transport security is
 // checked before anything listens, so a misconfigured server fails at once
 // with a clear error instead of serving.
-func (c *CLI) run(ctx context.Context, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) error {
-	s, err := c.newServer(fn, log)
+func Run(ctx context.Context, c Options, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) error {
+	s, err := New(c, fn, log)
 	if err != nil {
 		return err
 	}
@@ -243,73 +276,11 @@ func (c *CLI) run(ctx context.Context, fn fnv1.FunctionRunnerServiceServer, log 
 	if c.Insecure {
 		log.Info("Serving plain-text gRPC without mTLS (--insecure): for development only", "address", lis.Addr().String())
 	}
-	return s.serve(ctx, lis, mlis)
+	return s.Serve(ctx, lis, mlis)
 }
 
-func newLogger(debug bool) (logging.Logger, error) {
-	return function.NewLogger(debug)
-}
-
-// deterministicCodec marshals protobuf messages deterministically (map
-// entries sorted), so that the same request gets the same response bytes on
-// the wire, not only the same message. Registered under grpc's default
-// codec name, it replaces the default for this process. Like grpc's own, it
-// is a CodecV2: large messages are encoded into, and decoded from, pooled
-// buffers (codecBuffers), which go back to the pool once written or read,
-// instead of a request and a response's worth of garbage per call.
-type deterministicCodec struct{}
-
-// codecBuffers is the codec's pool: every power of two from 256 B to 16 MiB,
-// so a 50 KiB response takes a 64 KiB buffer. (grpc's default pool jumps
-// from 32 KiB to 1 MiB: a buffer twenty times the message, which showed as
-// +15 MiB peak RSS under load.)
-var codecBuffers = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24)
-	if err != nil {
-		panic(err) // the exponents are constants
-	}
-	return p
-}()
-
-func (deterministicCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("cannot marshal %T: not a protobuf message", v)
-	}
-	// Size fills the size caches that UseCachedSize then trusts; nothing
-	// mutates the message in between.
-	size := proto.Size(m)
-	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	buf := codecBuffers.Get(size)
-	b, err := opts.MarshalAppend((*buf)[:0], m)
-	if err != nil {
-		codecBuffers.Put(buf)
-		return nil, err
-	}
-	*buf = b
-	return mem.BufferSlice{mem.NewBuffer(buf, codecBuffers)}, nil
-}
-
-func (deterministicCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
-		return fmt.Errorf("cannot unmarshal into %T: not a protobuf message", v)
-	}
-	// proto.Unmarshal copies what it keeps, so the buffer can go back.
-	buf := data.MaterializeToBuffer(codecBuffers)
-	defer buf.Free()
-	return proto.Unmarshal(buf.ReadOnlyData(), m)
-}
-
-func (deterministicCodec) Name() string { return "proto" }
-
+// wire.Codec replaces grpc's default codec for this process: deterministic
+// bytes from pooled buffers.
 func init() { //nolint:gochecknoinits // codecs are registered at init, as grpc's own.
-	encoding.RegisterCodecV2(deterministicCodec{})
+	encoding.RegisterCodecV2(wire.Codec{})
 }
