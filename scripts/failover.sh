@@ -102,7 +102,7 @@ report_existing_primary() {
 		row=$(remote_query "${hosts[k]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn() WHERE NOT pg_is_in_recovery()") || continue
 		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]]; then
 			log "ordinal $k already answers as a primary (timeline ${BASH_REMATCH[1]}): an earlier run promoted it"
-			finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$k,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\"}"
+			finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$k,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"PrimaryLost\"}"
 		fi
 	done
 }
@@ -197,17 +197,27 @@ for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
 	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0
 	for ((k = 0; k < INSTANCES; k++)); do
 		((k != from)) || continue
+		# The replayed position, once replay caught up with what was
+		# received: the received one is reset when a walreceiver restarts
+		# (it then counts from the segment it streams from again), so
+		# comparing it chose a standby with less WAL (seen on the real node).
 		row=$(remote_query "${hosts[k]}" "SELECT pg_is_in_recovery(),
 				coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
-				coalesce(greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), pg_last_wal_replay_lsn(), '0/0')") || {
+				coalesce(pg_last_wal_replay_lsn(), '0/0'),
+				coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), true)") || {
 			log "ordinal $k (${hosts[k]}) does not answer (round $round of $CANDIDATE_ROUNDS)"
 			silent=$((silent + 1))
 			continue
 		}
-		IFS='|' read -r recovery tli lsn <<<"$row"
+		IFS='|' read -r recovery tli lsn caught_up <<<"$row"
 		[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
+		if [[ $caught_up != t ]]; then
+			log "ordinal $k is still replaying what it received (round $round of $CANDIDATE_ROUNDS)"
+			silent=$((silent + 1))
+			continue
+		fi
 		n=$(lsn_int "$lsn")
-		log "ordinal $k: standby on timeline $tli, received up to $lsn"
+		log "ordinal $k: standby on timeline $tli, replayed up to $lsn"
 		if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
 			best=$k best_tli=$tli best_lsn=$n best_text=$lsn
 		fi
@@ -217,7 +227,7 @@ for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
 	sleep 2
 done
 if ((silent > 0 && best >= 0)); then
-	log "WARNING: $silent standby(s) never answered; choosing among those that did: a silent one may hold more WAL (it is cloned again when it returns)"
+	log "WARNING: $silent standby(s) never answered or never caught up; choosing among the others: a silent one may hold more WAL (it is cloned again when it returns)"
 fi
 if ((best < 0)); then
 	log "no standby answers: nothing to promote; the Job retries"

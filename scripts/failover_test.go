@@ -254,7 +254,7 @@ func TestFailover(t *testing.T) {
 		}
 
 		r := c.runFailover(t, hosts, 0, 2)
-		if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0}, r.outcome(t)); diff != "" {
+		if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
 			t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
 		}
 		promotedLSN, _ = r.result["lsn"].(string)
@@ -296,7 +296,7 @@ func TestFailover(t *testing.T) {
 		const grace = 30
 		lsnBefore := c.superSQL(t, a, "postgres", "SELECT pg_current_wal_lsn()")
 		r := c.runFailover(t, hosts, 0, grace)
-		if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0}, r.outcome(t)); diff != "" {
+		if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
 			t.Errorf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
 		}
 		if r.took > grace*time.Second/2 {
