@@ -114,10 +114,18 @@ report_existing_primary() {
 switchover() {
 	local to=$((10#$TARGET_ORDINAL)) row end i
 	((to != from && to < INSTANCES)) || die "TARGET_ORDINAL $to must be another instance below $INSTANCES"
-	row=$(remote_query "${hosts[from]}" "$SQL_ROLE") || row=''
+	# Asked again for up to 30 s: a new pod's first connections can be
+	# refused while the NetworkPolicy's implementation learns its address
+	# (seen with kube-router on the real node).
+	local standby=''
+	for ((i = 0; i < 30; i++)); do
+		row=$(remote_query "${hosts[from]}" "$SQL_ROLE") || row=''
+		standby=$(remote_query "${hosts[to]}" "SELECT pg_is_in_recovery()") || standby=''
+		[[ $row != t\|* || $standby != t ]] || break
+		sleep 1
+	done
 	[[ $row == t\|* ]] || die "the primary ordinal $from does not answer as a primary ('$row'): not switching over"
-	row=$(remote_query "${hosts[to]}" "SELECT pg_is_in_recovery()") || row=''
-	[[ $row == t ]] || die "ordinal $to does not answer as a standby ('$row'): not switching over"
+	[[ $standby == t ]] || die "ordinal $to does not answer as a standby ('$standby'): not switching over"
 	trap 'log "switchover failed: making ordinal $from writable again"; remote_query "${hosts[from]}" "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null; remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null' EXIT
 	log "switchover from ordinal $from to $to: the primary turns read-only and its sessions end"
 	remote_query "${hosts[from]}" "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null || die "cannot make the primary read-only"
