@@ -103,7 +103,7 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
 						Spec: podSpecDefaults(corev1.PodSpec{
 							RestartPolicy: corev1.RestartPolicyNever,
-							Affinity:      besidePod(true, primaryLabels(db)),
+							Affinity:      besidePod(true, podLabels(db, 0)),
 							Containers:    []corev1.Container{jobContainer(containerBackup, p.Image, scripts.Backup, env, volBackups, backupsDir, false)},
 							Volumes:       jobVolumes(db, volBackups, backupsClaimName(db.Name), false),
 						}),

@@ -33,8 +33,14 @@ func TestServices(t *testing.T) {
 	cases := map[string]struct {
 		got, want *corev1.Service
 	}{
-		"Primary": {primaryService(testDB()), &corev1.Service{TypeMeta: tm, ObjectMeta: meta("orders"), Spec: corev1.ServiceSpec{
+		"Primary": {primaryService(testDB(), 0), &corev1.Service{TypeMeta: tm, ObjectMeta: meta("orders"), Spec: corev1.ServiceSpec{
 			Ports: port, Selector: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders", "statefulset.kubernetes.io/pod-name": "orders-0"},
+			PublishNotReadyAddresses: true,
+		}}},
+		// After a failover the rw Service follows the promoted ordinal.
+		"PrimaryAfterFailover": {primaryService(testDB(), 2), &corev1.Service{TypeMeta: tm, ObjectMeta: meta("orders"), Spec: corev1.ServiceSpec{
+			Ports: port, Selector: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders", "statefulset.kubernetes.io/pod-name": "orders-2"},
+			PublishNotReadyAddresses: true,
 		}}},
 		"Read": {readService(testDB()), &corev1.Service{TypeMeta: tm, ObjectMeta: meta("orders-r"), Spec: corev1.ServiceSpec{Ports: port, Selector: sel}}},
 		"Headless": {headlessService(testDB()), &corev1.Service{TypeMeta: tm, ObjectMeta: meta("orders-hl"), Spec: corev1.ServiceSpec{

@@ -45,7 +45,13 @@ func TestComposedKindChecklist(t *testing.T) {
 	readyEarly, notReadyRunning := map[resource.Name]string{}, map[resource.Name]string{}
 	for _, sc := range checklistScenarios(t) {
 		req := sc.req
-		rsp := runTest(t, req)
+		run := func() *fnv1.RunFunctionResponse {
+			if sc.cluster != nil {
+				return runTestIn(t, req, sc.cluster)
+			}
+			return runTest(t, req)
+		}
+		rsp := run()
 		for _, r := range rsp.GetResults() {
 			if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
 				t.Fatalf("scenario %s: Fatal result: %s", sc.name, r.GetMessage())
@@ -58,7 +64,7 @@ func TestComposedKindChecklist(t *testing.T) {
 			}
 		}
 		req.Observed.Resources = observedFrom(t, rsp, true)
-		for name, r := range runTest(t, req).GetDesired().GetResources() {
+		for name, r := range run().GetDesired().GetResources() {
 			if r.GetReady() != fnv1.Ready_READY_TRUE {
 				notReadyRunning[resource.Name(name)] = sc.name
 			}
@@ -143,6 +149,10 @@ func grants(role *rbacv1.ClusterRole, gr schema.GroupResource) bool {
 type checklistScenario struct {
 	name string
 	req  *fnv1.RunFunctionRequest
+	// cluster, when set, is what Crossplane's required resources find
+	// (runTestIn); otherwise the examples and the observed StatefulSet's
+	// pods (runTest).
+	cluster []*structpb.Struct
 }
 
 // checklistScenarios are every example, with its Composition's input and
@@ -154,9 +164,20 @@ func checklistScenarios(t *testing.T) []checklistScenario {
 	var out []checklistScenario
 	for _, ex := range allExamples(t) {
 		out = append(out,
-			checklistScenario{ex.name, xrRequest(readYAMLStruct(t, ex.xr), compositionInput(t, ex.composition))},
-			checklistScenario{ex.name + "/no-input", xrRequest(readYAMLStruct(t, ex.xr), nil)})
+			checklistScenario{ex.name, xrRequest(readYAMLStruct(t, ex.xr), compositionInput(t, ex.composition)), nil},
+			checklistScenario{ex.name + "/no-input", xrRequest(readYAMLStruct(t, ex.xr), nil), nil})
 	}
+	// The failover Job: the large example running, its primary's pod not
+	// ready.
+	req := xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	feedBack(t, req, rsp, true)
+	out = append(out, checklistScenario{"large/primary-lost", req,
+		append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, true, true)...)})
 	return out
 }
 

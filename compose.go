@@ -18,7 +18,7 @@ func compose(db *database, p *plan) map[resource.Name]any {
 		rnSuperuser:       superuserSecret(db, p.Passwords),
 		rnScripts:         scriptsConfigMap(db, p, conf),
 		rnStatefulSet:     statefulSet(db, p, configHash(settings)),
-		rnService:         primaryService(db),
+		rnService:         primaryService(db, p.Primary),
 		rnServiceHeadless: headlessService(db),
 		// Kept with one instance too: deleting it when a Database scales
 		// to one would turn its clients' lookups into NXDOMAIN.
@@ -35,6 +35,9 @@ func compose(db *database, p *plan) map[resource.Name]any {
 	}
 	if p.Restore != nil && p.Restore.Job != nil {
 		out[rnRestore] = p.Restore.Job
+	}
+	if p.Failover != nil && p.Failover.Job != nil {
+		out[rnFailover] = p.Failover.Job
 	}
 	return out
 }

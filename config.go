@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -21,6 +22,8 @@ const (
 
 	defaultImage         = "postgres"
 	defaultClusterDomain = "cluster.local"
+	defaultFailoverGrace = 10
+	maxFailoverGrace     = 3600
 )
 
 // config is the function input resolved: tiers parsed, defaults applied.
@@ -34,6 +37,9 @@ type config struct {
 	ClusterDomain     string
 	NetworkPolicy     bool
 	AllowedNamespaces []string
+	// Failover and FailoverGrace are the input's failover settings.
+	Failover      bool
+	FailoverGrace int32
 }
 
 // configCache holds resolved inputs by their deterministic encoding: a
@@ -100,6 +106,19 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 		StorageClassName: in.StorageClassName,
 		ClusterDomain:    or(in.ClusterDomain, defaultClusterDomain),
 		NetworkPolicy:    true,
+		Failover:         true,
+		FailoverGrace:    defaultFailoverGrace,
+	}
+	if f := in.Failover; f != nil {
+		if f.Enabled != nil {
+			cfg.Failover = *f.Enabled
+		}
+		if g := f.GraceSeconds; g != nil {
+			if *g < 0 || *g > maxFailoverGrace {
+				errs = append(errs, field.Invalid(p.Child("failover", "graceSeconds"), *g, fmt.Sprintf("must be between 0 and %d seconds", maxFailoverGrace)))
+			}
+			cfg.FailoverGrace = *g
+		}
 	}
 	errs = append(errs, validateRepository(p.Child("image"), cfg.Image)...)
 	images, e := resolveImages(p.Child("images"), in.Images)

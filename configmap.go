@@ -43,6 +43,15 @@ func instanceScripts(files map[string]string) map[string]string {
 // max_wal_size on purpose).
 func instanceSettings(db *database, p *plan) map[string]string {
 	settings := walSettings(dataVolume(p))
+	if db.Durability == durabilitySync && db.Tier.Replicas > 1 {
+		// A commit returns once any one standby flushed it: the failover
+		// Job promotes the standby with the most WAL, which then holds
+		// every acknowledged commit. Reloadable: switching durability
+		// restarts nothing. A standby is named by its application_name
+		// (its pod name); '*' is any of them, whoever is primary.
+		settings["synchronous_standby_names"] = "ANY 1 (*)"
+		settings["synchronous_commit"] = "on"
+	}
 	maps.Copy(settings, db.Tier.Settings)
 	return settings
 }
@@ -91,12 +100,14 @@ func dataVolume(p *plan) resource.Quantity {
 // scriptsConfigMap ships the scripts and settings (conf, postgresqlConf's)
 // the pods and jobs run, and records that the database has been initialised.
 func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
-	data := make(map[string]string, len(scriptFiles)+2)
+	data := make(map[string]string, len(scriptFiles)+4)
 	maps.Copy(data, scriptFiles)
 	data[keyPostgresqlConf] = conf
 	if p.Initialized {
 		data[keyInitialized] = "true"
 	}
+	data[keyPrimary] = strconv.Itoa(p.Primary)
+	data[keyInstances] = strconv.Itoa(int(db.Tier.Replicas))
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/internal/wire"
 )
@@ -32,6 +33,12 @@ const (
 	defaultSchedule  = "0 2 * * *"
 	defaultRetention = 7
 	maxRetention     = 1000
+
+	// Durability of commits with standbys (spec.durability): async
+	// acknowledges a commit once the primary flushed it; sync once a
+	// standby flushed it too (RPO 0 on failover).
+	durabilityAsync = "async"
+	durabilitySync  = "sync"
 
 	deletionRetain = "Retain"
 	deletionDelete = "Delete"
@@ -61,6 +68,8 @@ type databaseSpec struct {
 	Backup         *backupSpec  `json:"backup,omitempty"`
 	DeletionPolicy string       `json:"deletionPolicy,omitempty"`
 	RestoreFrom    *restoreSpec `json:"restoreFrom,omitempty"`
+	Durability     string       `json:"durability,omitempty"`
+	Primary        *int64       `json:"primary,omitempty"`
 
 	// BackupEnabled and BackupSchedule are the original Database CRD's
 	// spellings of backup.enabled and backup.schedule (issue 16), kept so
@@ -127,6 +136,13 @@ type database struct {
 	Backup         backup
 	DeletionPolicy string
 	RestoreFrom    *restoreSpec
+	Durability     string
+	// Primary is spec.primary: the ordinal that should be the primary (a
+	// planned switchover moves it there); nil leaves it where it is.
+	Primary *int
+	// Failover and FailoverGrace come from the function input.
+	Failover      bool
+	FailoverGrace int32
 
 	Image             string
 	Images            map[string]string
@@ -187,6 +203,8 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		ClusterDomain:     cfg.ClusterDomain,
 		NetworkPolicy:     cfg.NetworkPolicy,
 		AllowedNamespaces: cfg.AllowedNamespaces,
+		Failover:          cfg.Failover,
+		FailoverGrace:     cfg.FailoverGrace,
 	}
 
 	// A legacy XR is cluster scoped: its claim's name and namespace are the
@@ -363,6 +381,23 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		db.DeletionPolicy = deletionDelete
 	default:
 		errs = append(errs, field.NotSupported(spec.Child("deletionPolicy"), s.DeletionPolicy, []string{deletionRetain, deletionDelete}))
+	}
+
+	db.Durability = durabilityAsync
+	switch s.Durability {
+	case "", durabilityAsync:
+	case durabilitySync:
+		db.Durability = durabilitySync
+	default:
+		errs = append(errs, field.NotSupported(spec.Child("durability"), s.Durability, []string{durabilityAsync, durabilitySync}))
+	}
+
+	if s.Primary != nil {
+		if *s.Primary < 0 || *s.Primary >= maxInstances {
+			errs = append(errs, field.Invalid(spec.Child("primary"), *s.Primary, fmt.Sprintf("must be an instance's ordinal, 0 to %d", maxInstances-1)))
+		} else {
+			db.Primary = ptr.To(int(*s.Primary))
+		}
 	}
 
 	if r := s.RestoreFrom; r != nil {

@@ -70,6 +70,9 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	o.RestoreRecord = readRestoreRecord(xr)
 	o.Source = lookupSource(req)
+	o.FailoverRecord = readFailoverRecord(xr)
+	o.Instances = lookupInstances(req)
+	o.FailoverOutcome = lookupFailoverOutcome(req)
 
 	p := makePlan(db, o, f.password)
 	desired := compose(db, p)
@@ -86,10 +89,10 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	if db.Legacy {
 		setConnectionDetails(rsp, desired)
 	}
-	if p.Restore != nil && p.Restore.Require != nil {
-		// Crossplane fetches the source and calls again within the same
-		// reconcile, until the requirements stop changing.
-		rsp.Requirements = &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}}
+	// Crossplane fetches what the function requires and calls again within
+	// the same reconcile, until the requirements stop changing.
+	if req := requirements(p); len(req) > 0 {
+		rsp.Requirements = &fnv1.Requirements{Resources: req}
 	}
 	for _, c := range conditions(db, p, o) {
 		opt := newCondition(rsp, c)
@@ -183,4 +186,22 @@ func setStatus(rsp *fnv1.RunFunctionResponse, observedXR *structpb.Struct, s dbS
 		cur.Fields[k] = v
 	}
 	return nil
+}
+
+// requirements are the resources the function asks Crossplane for: the
+// restore's source, the instance pods and the failover Job's pods.
+func requirements(p *plan) map[string]*fnv1.ResourceSelector {
+	var out map[string]*fnv1.ResourceSelector
+	if p.Restore != nil && p.Restore.Require != nil {
+		out = map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}
+	}
+	if p.Failover != nil {
+		for k, v := range p.Failover.Require {
+			if out == nil {
+				out = make(map[string]*fnv1.ResourceSelector, len(p.Failover.Require))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }

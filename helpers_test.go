@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -33,7 +35,40 @@ func testFunction() *Function {
 // the example Databases as the cluster's (exampleCluster): see runTestIn.
 func runTest(t testing.TB, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	return runTestIn(t, req, exampleCluster(t))
+	return runTestIn(t, req, append(slices.Clip(exampleCluster(t)), instancePodsOf(t, req)...))
+}
+
+// instancePodsOf are the pods the StatefulSet controller would run for the
+// request's observed StatefulSet: one per replica, ready when the
+// StatefulSet reports every replica ready, as the kubelet would.
+func instancePodsOf(t testing.TB, req *fnv1.RunFunctionRequest) []*structpb.Struct {
+	t.Helper()
+	sts := req.GetObserved().GetResources()[string(rnStatefulSet)].GetResource()
+	if sts == nil {
+		return nil
+	}
+	name, ns := stringAt(sts, "metadata", "name"), stringAt(sts, "metadata", "namespace")
+	replicas := int(structAt(sts, "spec").GetFields()["replicas"].GetNumberValue())
+	ready := replicas > 0 && int(structAt(sts, "status").GetFields()["readyReplicas"].GetNumberValue()) == replicas
+	labels := map[string]any{}
+	for k, v := range structAt(sts, "spec", "template", "metadata", "labels").GetFields() {
+		labels[k] = v.GetStringValue()
+	}
+	var out []*structpb.Struct
+	for k := range replicas {
+		l := maps.Clone(labels)
+		l[labelPodName] = fmt.Sprintf("%s-%d", name, k)
+		pod, err := structpb.NewStruct(map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": fmt.Sprintf("%s-%d", name, k), "namespace": ns, "labels": l},
+			"status":   map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": map[bool]string{true: "True", false: "False"}[ready]}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pod)
+	}
+	return out
 }
 
 // runTestIn runs the function as Crossplane core's FetchingFunctionRunner

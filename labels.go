@@ -43,10 +43,10 @@ func labels(db *database, component string) map[string]string {
 	return l
 }
 
-// primaryLabels select ordinal 0, the primary, by the label the StatefulSet
-// controller puts on every pod.
-func primaryLabels(db *database) map[string]string {
+// podLabels select the instance of one ordinal, by the label the
+// StatefulSet controller puts on every pod.
+func podLabels(db *database, ordinal int) map[string]string {
 	l := selectorLabels(db)
-	l[labelPodName] = podName(db, 0)
+	l[labelPodName] = podName(db, ordinal)
 	return l
 }

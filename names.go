@@ -22,6 +22,7 @@ const (
 	rnNetworkPolicy   resource.Name = "networkpolicy"
 	rnBackup          resource.Name = "backup"
 	rnRestore         resource.Name = "restore"
+	rnFailover        resource.Name = "failover"
 )
 
 // Suffixes of the composed names. A Database whose own name ended in one of
@@ -68,9 +69,9 @@ func serviceHost(db *database, service string) string {
 	return service + "." + db.Namespace + ".svc." + db.ClusterDomain
 }
 
-// primaryHost is the stable DNS name of ordinal 0 through the headless Service.
-func primaryHost(db *database) string {
-	return podName(db, 0) + "." + headlessServiceName(db) + "." + db.Namespace + ".svc." + db.ClusterDomain
+// peerDomain is the headless Service's domain: instance k is N-k.peerDomain.
+func peerDomain(db *database) string {
+	return headlessServiceName(db) + "." + db.Namespace + ".svc." + db.ClusterDomain
 }
 
 // reservedSuffix returns the reserved suffix name ends in, or "".

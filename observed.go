@@ -25,6 +25,7 @@ type observed struct {
 	StatefulSet *appsv1.StatefulSet
 	Backup      *batchv1.CronJob
 	Restore     *batchv1.Job
+	Failover    *batchv1.Job
 
 	// RestoreRecord is the observed XR's status.restore, and Source what
 	// Crossplane's required resources say of the restoreFrom source: the
@@ -32,6 +33,12 @@ type observed struct {
 	// them empty; RunFunction reads them from the request.
 	RestoreRecord *restoreStatus
 	Source        sourceLookup
+	// FailoverRecord is status.failover; Instances and FailoverOutcome
+	// what the required resources say of the instance pods and of the
+	// failover Job's pod (failover.go). Read from the request, as above.
+	FailoverRecord  *failoverRecord
+	Instances       instancePods
+	FailoverOutcome failoverOutcome
 
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
@@ -45,13 +52,14 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 			o.exists[resource.Name(name)] = true
 		}
 	}
-	var errs [6]error
+	var errs [7]error
 	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
 	o.StatefulSet, errs[3] = decodeAs[appsv1.StatefulSet](rs, rnStatefulSet, statefulSetFields)
 	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, cronJobFields)
 	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, wire.Whole)
+	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, wire.Whole)
 	return o, errors.Join(errs[:]...)
 }
 
@@ -68,7 +76,7 @@ var (
 	// Every other field reads as the cluster has it.
 	cronJobFields   = wire.Omit{"spec": {"jobTemplate": nil}}
 	secretFields    = wire.Fields{"data": nil}
-	configMapFields = wire.Fields{"data": {keyInitialized: nil}}
+	configMapFields = wire.Fields{"data": {keyInitialized: nil, keyPrimary: nil}}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = wire.Fields{
 		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},

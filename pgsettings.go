@@ -57,6 +57,7 @@ var paramContexts = map[string]paramContext{
 	"hash_mem_multiplier":                 contextReload,
 	"temp_buffers":                        contextReload,
 	"max_wal_size":                        contextReload,
+	"synchronous_standby_names":           contextReload,
 	"min_wal_size":                        contextReload,
 	"wal_keep_size":                       contextReload,
 	"max_slot_wal_keep_size":              contextReload,

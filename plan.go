@@ -50,7 +50,11 @@ type plan struct {
 	Initialized bool
 	// Restore is what happens about spec.restoreFrom (restore.go); nil
 	// without it, or when it was set after creation.
-	Restore   *restorePlan
+	Restore *restorePlan
+	// Primary is the ordinal of the primary (failover.go), Failover what
+	// happens about failover.
+	Primary   int
+	Failover  *failoverPlan
 	Passwords passwords
 	Blocked   []blocked
 }
@@ -59,6 +63,14 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p := &plan{Image: image(db), Major: db.Version.Major, Passwords: resolvePasswords(o, generate)}
 	p.Initialized = initialized(o)
 	sts := o.StatefulSet
+	p.Primary = observedPrimary(o)
+	if p.Primary >= int(db.Tier.Replicas) {
+		// Scaling in removes the highest ordinals: never the primary's.
+		p.Blocked = append(p.Blocked, blocked{reasonScaleInBlocked, fmt.Sprintf(
+			"size %s has %d instance(s), but the primary is %s (after a failover): scaling in would delete it; keeping %d instances. Move the primary to a lower ordinal first (docs/failover.md)",
+			db.Size, db.Tier.Replicas, podName(db, p.Primary), p.Primary+1)})
+		db.Tier.Replicas = int32(p.Primary + 1)
+	}
 
 	if sts != nil {
 		if running, img, ok := runningMajor(sts); ok && running != db.Version.Major {
@@ -84,6 +96,8 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	var b []blocked
 	p.Restore, b = planRestore(db, p, o)
 	p.Blocked = append(p.Blocked, b...)
+	p.Failover = planFailover(db, p, o, db.Tier.Replicas)
+	p.Primary = p.Failover.Primary
 	return p
 }
 

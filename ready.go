@@ -38,6 +38,10 @@ var readiness = map[resource.Name]readyRule{
 	rnRestore: func(_ resource.Name, o *observed, _ int32) bool {
 		return jobSucceeded(o.Restore)
 	},
+	// Not ready while it runs: the Database has no primary then.
+	rnFailover: func(_ resource.Name, o *observed, _ int32) bool {
+		return jobSucceeded(o.Failover)
+	},
 }
 
 // observedExists is the rule of kinds that work once they exist: Secrets,

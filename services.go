@@ -23,10 +23,21 @@ func service(db *database, name string, selector map[string]string) *corev1.Serv
 	}
 }
 
-// primaryService (read-write) selects ordinal 0 only: standbys refuse
-// writes, so a client must never be balanced onto one.
-func primaryService(db *database) *corev1.Service {
-	return service(db, db.Name, primaryLabels(db))
+// primaryService (read-write) selects the primary's pod only: standbys
+// refuse writes, so a client must never be balanced onto one. A failover
+// moves the selector to the promoted ordinal (failover.go); as only ready
+// pods are endpoints, it never has two writable endpoints.
+//
+// Its one pod is an endpoint whether ready or not: standbys clone and
+// stream through N (they follow a failover with it), and replication must
+// not stop when the primary's readiness probe is slow (seen on the real
+// node under load: every standby lost its primary, and with synchronous
+// replication every commit waited). Clients of a primary that is down get
+// a refused or timed-out connection either way.
+func primaryService(db *database, primary int) *corev1.Service {
+	s := service(db, db.Name, podLabels(db, primary))
+	s.Spec.PublishNotReadyAddresses = true
+	return s
 }
 
 // readService balances read-only clients over every instance: with one

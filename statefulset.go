@@ -52,8 +52,9 @@ const (
 
 func image(db *database) string { return imageFor(db.Image, db.Images, db.Version) }
 
-// statefulSet composes the PostgreSQL instances: ordinal 0 is the primary,
-// every other ordinal a streaming hot standby cloned from it.
+// statefulSet composes the PostgreSQL instances: the ordinal the scripts
+// ConfigMap names (0 until a failover) is the primary, every other ordinal a
+// streaming hot standby cloned from it.
 func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 	retain := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
 	whenDeleted := retain
@@ -88,6 +89,13 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 					Annotations: map[string]string{annotationConfigHash: configHash},
 				},
 				Spec: podSpecDefaults(corev1.PodSpec{
+					// The pause container, not the postmaster, is PID 1 and
+					// reaps orphans. A probe the kubelet kills on timeout
+					// leaves its psql behind; reparented to a postmaster
+					// running as PID 1, its exit (SIGPIPE) read as a crashed
+					// backend and restarted the whole server (seen on the
+					// real node under load, on primaries and standbys).
+					ShareProcessNamespace: ptr.To(true),
 					// PostgreSQL's fast shutdown needs time to checkpoint.
 					TerminationGracePeriodSeconds: ptr.To[int64](60),
 					Affinity:                      spreadInstances(db),
@@ -140,7 +148,10 @@ func instanceEnv(db *database) []corev1.EnvVar {
 		{Name: "PGHOST", Value: socketDir},
 		{Name: "DB_NAME", Value: db.SQLName},
 		{Name: "APP_USER", Value: db.SQLName},
-		{Name: "PRIMARY_HOST", Value: primaryHost(db)},
+		// Standbys clone and stream from the rw Service: it follows a
+		// failover, so a standby needs no restart to follow the new primary.
+		{Name: "PRIMARY_HOST", Value: serviceHost(db, db.Name)},
+		{Name: "PEER_DOMAIN", Value: peerDomain(db)},
 		{Name: "SCRIPTS_DIR", Value: scriptsDir},
 		{Name: "APP_SECRET_DIR", Value: appDir},
 		{Name: "ADMIN_SECRET_DIR", Value: adminDir},
@@ -170,19 +181,22 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
 		VolumeMounts:    instanceMounts(),
-		ReadinessProbe:  probe("ready", 10, 3),
+		// Readiness detects a lost primary: 2 failures 5 s apart start the
+		// failover's grace. A primary's probe also asks its peers (the
+		// fence, probe.sh), hence the longer timeout.
+		ReadinessProbe: probe("ready", 5, 2, 10),
 		// A standby cloning a large primary is alive: the live probe says
 		// so, and the failure threshold leaves room for a slow checkpoint.
-		LivenessProbe:   probe("live", 15, 6),
+		LivenessProbe:   probe("live", 15, 6, 5),
 		SecurityContext: containerSecurityContext(),
 	}
 }
 
-func probe(mode string, period, failures int32) *corev1.Probe {
+func probe(mode string, period, failures, timeout int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"bash", scriptsDir + "/" + scripts.Probe, mode}}},
 		PeriodSeconds:    period,
-		TimeoutSeconds:   5,
+		TimeoutSeconds:   timeout,
 		FailureThreshold: failures,
 	}
 }

@@ -44,6 +44,10 @@ type dbStatus struct {
 	ConnectionSecret string         `json:"connectionSecret,omitempty"`
 	Backup           *backupStatus  `json:"backup,omitempty"`
 	Restore          *restoreStatus `json:"restore,omitempty"`
+	// Primary is the primary's pod; Failover the record of failovers,
+	// read back by the function (failover.go).
+	Primary  string          `json:"primary,omitempty"`
+	Failover *failoverRecord `json:"failover,omitempty"`
 }
 
 type backupStatus struct {
@@ -96,6 +100,12 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 	if p.Restore != nil {
 		s.Restore = p.Restore.Status
 	}
+	if o.StatefulSet != nil {
+		s.Primary = podName(db, p.Primary)
+	}
+	if f := p.Failover; f != nil && (f.Record.Count > 0 || f.Record.Last != nil) {
+		s.Failover = f.Record
+	}
 	return s
 }
 
@@ -121,6 +131,9 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	out := []condition{backupCondition(db, o.Backup), specApplied(db, p), versionCondition(p)}
 	if p.Restore != nil {
 		out = append(out, p.Restore.Condition)
+	}
+	if p.Failover != nil {
+		out = append(out, p.Failover.Condition)
 	}
 	return out
 }

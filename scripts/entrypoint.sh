@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # entrypoint.sh: command of the postgres container of every StatefulSet pod.
 #
-# Ordinal 0 is the primary: bootstraps an empty data directory once (initdb,
-# roles, database, pg_hba), unless the Database has been initialised before
-# ($SCRIPTS_DIR/initialized says true, or a standby's postgres answers): then
-# an empty data directory means lost data, and the pod holds (unready, alive)
-# instead of serving an empty primary. Ordinals >= 1 are hot standbys cloned from the primary with
-# pg_basebackup through a physical slot per pod; a completed clone is never
-# cloned again, a half-finished one (no completion marker) is wiped and redone.
-# Every path ends in `exec postgres` in the foreground.
+# The ordinal the function names in $SCRIPTS_DIR/primary (0 until a failover
+# moves it; docs/failover.md) is the primary: it bootstraps an empty data
+# directory once (initdb, roles, database, pg_hba), unless the Database has
+# been initialised before ($SCRIPTS_DIR/initialized says true, or a standby's
+# postgres answers): then an empty data directory means lost data, and the
+# pod holds (unready, alive) instead of serving an empty primary. Every other
+# ordinal is a hot standby cloned from the primary (PRIMARY_HOST, the rw
+# Service, so it follows a failover) with pg_basebackup through a physical
+# slot per pod; a completed clone is never cloned again, a half-finished one
+# (no completion marker) is wiped and redone. A former primary rejoins as a
+# standby (cloned again) only once a primary on a newer timeline answers:
+# data is never discarded on the word of a ConfigMap alone. Every path ends
+# in `exec postgres` in the foreground; a hold re-runs this script when the
+# function names another primary.
 #
 # Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
 # APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
 # PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
 # (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none),
-# PEER_HOSTS / PEER_ORDINALS (the standbys asked before an initdb; peer_hosts).
+# PEER_DOMAIN (the headless Service's domain: peers are N-k.PEER_DOMAIN),
+# PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -77,15 +84,37 @@ sleep_interruptibly() {
 }
 
 # hold REASON...: stay up without postgres: unready (probe.sh ready fails),
-# alive (probe.sh live succeeds), until the pod is deleted or restarted.
+# alive (probe.sh live succeeds), until the pod is deleted or restarted, or
+# the function names another primary ($SCRIPTS_DIR/primary): then this
+# script starts over with the new role (a lost primary's pod becomes the
+# new primary's standby without anyone deleting it).
 hold() {
+	local since=$SECONDS role
+	role=$(current_primary)
 	set_state hold
 	log "HOLDING, not starting postgres: $*"
 	log "the pod stays unready; probe.sh live keeps succeeding so it is not restarted in a loop"
 	while :; do
-		sleep_interruptibly 600
-		log "still holding: $*"
+		sleep_interruptibly "$RETRY_INTERVAL"
+		if [[ $(current_primary) != "$role" ]]; then
+			log "the function now names ordinal $(current_primary) the primary (was $role): starting over"
+			exec bash "${BASH_SOURCE[0]}"
+		fi
+		if ((SECONDS - since >= 600)); then
+			since=$SECONDS
+			log "still holding: $*"
+		fi
 	done
+}
+
+# wait_and_retry REASON...: unready and alive like hold, but for a state
+# that resolves by itself (a peer's answer, a ConfigMap reaching this pod):
+# this script starts over every RETRY_INTERVAL seconds.
+wait_and_retry() {
+	set_state hold
+	log "WAITING, not starting postgres: $*; retrying in ${RETRY_INTERVAL}s"
+	sleep_interruptibly "$RETRY_INTERVAL"
+	exec bash "${BASH_SOURCE[0]}"
 }
 
 # write_config: the files this script owns in PGDATA, rewritten at every start
@@ -241,30 +270,15 @@ init_primary() {
 	write_config
 	# A temporary server on the socket only; stopped again on any failure.
 	trap 'pg_ctl -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
-	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses=''" start >&2
+	# Synchronous replication (spec.durability sync) off: there is no
+	# standby yet, and every bootstrap commit would wait for one forever.
+	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses='' -c synchronous_standby_names=''" start >&2
 	bootstrap_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres >&2
 	pg_ctl -D "$PGDATA" -m fast -w -t 120 stop >&2
 	trap - EXIT
 	date -u +%Y-%m-%dT%H:%M:%SZ >"$BOOTSTRAP_MARKER"
 	sync "$BOOTSTRAP_MARKER" "$PGDATA"
 	log "primary bootstrapped in $((SECONDS - started))s: database $DB_NAME owned by $APP_USER, replication role, superuser $superuser"
-}
-
-# peer_hosts: host:port of the other ordinals' postgres, one a line: the
-# PEER_HOSTS override (space-separated host:port; tests), else ordinals 1 to
-# PEER_ORDINALS (default 9) under the primary's own headless-Service name
-# (PRIMARY_HOST is POD_NAME.N-hl.NS.svc...: N-k.N-hl.NS.svc...). The headless
-# Service publishes not-ready pods, so an unready standby still resolves.
-peer_hosts() {
-	local k prefix=${POD_NAME%-*} peer
-	if [[ -n ${PEER_HOSTS:-} ]]; then
-		for peer in $PEER_HOSTS; do printf '%s\n' "$peer"; done
-		return 0
-	fi
-	[[ $PRIMARY_HOST == "$POD_NAME".* ]] || return 0
-	for ((k = 1; k <= ${PEER_ORDINALS:-9}; k++)); do
-		printf '%s:%s\n' "$prefix-$k.${PRIMARY_HOST#"$POD_NAME".}" "$PRIMARY_PORT"
-	done
 }
 
 # refuse_initdb_if_peer_answers WHY: the `initialized` key lives in a
@@ -291,7 +305,7 @@ refuse_initdb_if_peer_answers() {
 }
 
 primary() {
-	local initialized=''
+	local initialized='' newer
 	if [[ -r $SCRIPTS_DIR/initialized ]]; then
 		initialized=$(<"$SCRIPTS_DIR/initialized")
 		initialized=${initialized//[[:space:]]/}
@@ -299,12 +313,13 @@ primary() {
 	if dir_is_empty "$PGDATA"; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA is empty but this Database was initialised before ($SCRIPTS_DIR/initialized is true);" \
-				"refusing to initdb an empty primary over lost data. Restore the data volume (or restore from a backup" \
+				"refusing to initdb an empty primary over lost data. With standbys, the function fails over to the most advanced" \
+				"one and this pod then rejoins as its standby; otherwise restore the data volume (or restore from a backup" \
 				"into a new Database), then delete this pod"
 		fi
 		refuse_initdb_if_peer_answers "data directory $PGDATA is empty"
 		init_primary
-	elif [[ ! -f $BOOTSTRAP_MARKER ]]; then
+	elif [[ ! -f $BOOTSTRAP_MARKER && ! -f $CLONE_MARKER ]]; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA has no bootstrap marker ($BOOTSTRAP_MARKER) but this Database was initialised before;" \
 				"not touching it: inspect the volume, then delete this pod"
@@ -314,7 +329,22 @@ primary() {
 		init_primary
 	else
 		check_version
-		[[ ! -f $PGDATA/standby.signal ]] || hold "ordinal 0 found standby.signal in $PGDATA: not promoting a standby by accident"
+		# A peer already writing on a newer timeline means this pod's view
+		# of $SCRIPTS_DIR/primary is stale (a failover moved the primary):
+		# never a second writable primary. The hold starts over once the
+		# ConfigMap names the new primary.
+		if newer=$(newer_primary_peer "$(data_timeline)"); then
+			wait_and_retry "ordinal $ordinal is named the primary, but $newer is a primary on a newer timeline than this data directory's;" \
+				"waiting for the function's choice to reach this pod"
+		fi
+		if [[ -f $PGDATA/standby.signal ]]; then
+			# Only a failover names a standby's ordinal the primary, once the
+			# failover Job promoted it (postgres removed standby.signal); a
+			# signal found now was written by a start that read a stale
+			# ConfigMap. The data is that promoted standby's.
+			log "ordinal $ordinal is the primary the function chose; $PGDATA still has standby.signal from an earlier start: starting it as the primary"
+			rm -f "$PGDATA/standby.signal"
+		fi
 		write_config
 	fi
 	rm -f "$PGDATA/$STANDBY_FLOOR_CONF"
@@ -375,8 +405,33 @@ clone_once() {
 	log "clone completed in $((SECONDS - started))s (${size} MB)"
 }
 
+# rejoin_former_primary: this data directory was a primary (no
+# standby.signal) and the function named another ordinal the primary. Its
+# WAL may hold writes that never reached the new primary (asynchronous
+# replication), so it cannot simply follow: it is cloned again. Only once a
+# primary answers at PRIMARY_HOST on a timeline newer than this data's: if
+# none does, this may be the newest copy there is (the ConfigMap may be
+# stale in the other direction), and it is kept and the pod holds.
+rejoin_former_primary() {
+	local mine row
+	mine=$(data_timeline)
+	row=$(remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "$SQL_ROLE") || row=''
+	if [[ ! $row =~ ^t\|([0-9]+)$ ]] || ((BASH_REMATCH[1] <= mine)); then
+		wait_and_retry "ordinal $ordinal is named a standby, but $PGDATA was a primary (timeline $mine) and no primary on a newer timeline" \
+			"answers at $PRIMARY_HOST:$PRIMARY_PORT (answer '${row:-none}'); keeping this data until one does"
+	fi
+	log "$PGDATA was a primary on timeline $mine; the primary at $PRIMARY_HOST is on timeline ${BASH_REMATCH[1]}:" \
+		"discarding this copy (writes after the failover point were not replicated) and cloning the new primary"
+	printf '%s former primary on timeline %s; the primary is on timeline %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" "${BASH_REMATCH[1]}" >"$PGDATA/database.reclone"
+	rm -f "$CLONE_MARKER" "$BOOTSTRAP_MARKER"
+	sync "$PGDATA"
+}
+
 standby() {
 	require_env PRIMARY_HOST
+	if [[ -f $PGDATA/PG_VERSION && ! -f $PGDATA/standby.signal && (-f $CLONE_MARKER || -f $BOOTSTRAP_MARKER) ]]; then
+		rejoin_former_primary
+	fi
 	if [[ -f $CLONE_MARKER ]]; then
 		log "data directory $PGDATA holds a completed clone: starting it, not cloning again"
 		check_version
@@ -400,7 +455,7 @@ standby() {
 	start_postgres "standby of $PRIMARY_HOST:$PRIMARY_PORT"
 }
 
-if ((ordinal == 0)); then
+if ((ordinal == $(current_primary))); then
 	primary
 else
 	standby

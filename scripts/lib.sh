@@ -7,6 +7,15 @@
 # Nothing here prints a password or passes one as a process argument: secrets
 # are read with bash builtins and written to pipes or 0600 files only.
 
+# The server's own directory first: in the postgres images (and Debian),
+# /usr/bin/psql, pg_isready and friends are postgresql-common's Perl wrapper,
+# which costs more CPU than the query it runs; the probes run every few
+# seconds in every pod.
+if _pg_bin=$(command -v postgres) && [[ $_pg_bin == */* ]]; then
+	PATH="${_pg_bin%/*}:$PATH"
+fi
+unset _pg_bin
+
 # log MESSAGE...: one line on stderr, UTC timestamp and the script's tag
 # (bash's printf %()T: no process per line).
 log() {
@@ -175,6 +184,118 @@ wipe_dir() {
 	mkdir -p "$1"
 	find "$1" -mindepth 1 -delete
 	chmod 0700 "$1"
+}
+
+# --- roles and failover ------------------------------------------------------
+# The function decides which ordinal is the primary and writes it to the
+# scripts ConfigMap (key `primary`, SCRIPTS_DIR/primary), with the number of
+# instances (key `instances`). A ConfigMap reaches a running pod's volume
+# late (the kubelet's sync, up to about a minute), so a script never trusts
+# it alone to write: a primary also steps down when a peer is a primary on a
+# newer timeline (newer_primary_peer), and data is only ever discarded once a
+# primary on a newer timeline answers.
+
+# current_primary: the ordinal SCRIPTS_DIR/primary names; 0 when absent or
+# malformed (Databases composed before failover existed).
+current_primary() {
+	local p=0
+	if [[ -r $SCRIPTS_DIR/primary ]]; then
+		p=$(<"$SCRIPTS_DIR/primary")
+		p=${p//[[:space:]]/}
+	fi
+	[[ $p =~ ^[0-9]+$ ]] || p=0
+	printf '%d\n' "$((10#$p))"
+}
+
+# instance_count: SCRIPTS_DIR/instances, else PEER_ORDINALS + 1 (default 10).
+instance_count() {
+	local n=''
+	[[ -r $SCRIPTS_DIR/instances ]] && n=$(<"$SCRIPTS_DIR/instances")
+	n=${n//[[:space:]]/}
+	[[ $n =~ ^[0-9]+$ ]] || n=$((${PEER_ORDINALS:-9} + 1))
+	printf '%d\n' "$((10#$n))"
+}
+
+# peer_hosts: host:port of the other ordinals' postgres, one a line: the
+# PEER_HOSTS override (space-separated host:port; tests), else every other
+# ordinal below instance_count under PEER_DOMAIN (the headless Service,
+# N-hl.NS.svc...: N-k.N-hl.NS.svc...). The headless Service publishes
+# not-ready pods, so an unready peer still resolves.
+peer_hosts() {
+	local k prefix=${POD_NAME%-*} peer me n
+	if [[ -n ${PEER_HOSTS:-} ]]; then
+		for peer in $PEER_HOSTS; do printf '%s\n' "$peer"; done
+		return 0
+	fi
+	[[ -n ${PEER_DOMAIN:-} ]] || return 0
+	me=$(pod_ordinal)
+	n=$(instance_count)
+	for ((k = 0; k < n; k++)); do
+		((k == me)) || printf '%s:%s\n' "$prefix-$k.$PEER_DOMAIN" "${PGPORT:-5432}"
+	done
+}
+
+# superuser_passfile [PATH]: a 0600 passfile for the superuser (default
+# STATE_DIR/superuser.pgpass; its path on stdout), for connections to peers.
+superuser_passfile() {
+	local su su_pw path=${1:-$STATE_DIR/superuser.pgpass}
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
+	mkdir -p "$STATE_DIR"
+	write_passfile "$path" "$su" "$su_pw"
+	printf '%s\n' "$path"
+}
+
+# remote_query HOST:PORT SQL [SECONDS]: the rows SQL returns on that
+# postgres, as the superuser (fields separated by |). Fails when it does not
+# connect within PEER_TIMEOUT seconds (default 2) or answer within SECONDS
+# (default 4): a frozen or partitioned peer must not stall the caller.
+remote_query() {
+	local host=${1%:*} port=${1##*:} limit=${3:-4} su passfile rc=0
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	# One passfile per call: callers query peers in parallel.
+	passfile=$(superuser_passfile "$STATE_DIR/superuser.$BASHPID.pgpass") || return 1
+	timeout "$((${PEER_TIMEOUT:-2} + limit))" psql -X -A -t -q \
+		-d "host=$(conninfo_quote "$host") port=$port user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=${PEER_TIMEOUT:-2} gssencmode=disable options='-c statement_timeout=$((limit * 1000))'" \
+		-c "$2" 2>/dev/null || rc=$?
+	rm -f "$passfile"
+	return "$rc"
+}
+
+# SQL_ROLE: "t|<timeline>" on a primary ("f|0" on a standby): the timeline
+# of the WAL a primary writes now (pg_control_checkpoint's lags a promotion
+# until the next checkpoint).
+SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END"
+
+# newer_primary_peer TIMELINE: prints the host:port of a peer that answers
+# as a primary on a timeline above TIMELINE (and its timeline); fails when
+# none does. Peers that do not answer are not primaries as far as anyone can
+# tell: the rw Service only routes to the pod the function chose.
+newer_primary_peer() {
+	local mine=$1 peer line
+	# Every peer at once: a probe must answer within its timeout even when
+	# peers are slow or gone.
+	while IFS= read -r line; do
+		if [[ $line =~ ^(.*)\ t\|([0-9]+)$ ]] && ((BASH_REMATCH[2] > mine)); then
+			printf '%s timeline %s\n' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+			return 0
+		fi
+	done < <(
+		while IFS= read -r peer; do
+			[[ -n $peer ]] || continue
+			{ printf '%s %s\n' "$peer" "$(remote_query "$peer" "$SQL_ROLE" || true)"; } &
+		done < <(peer_hosts)
+		wait
+	)
+	return 1
+}
+
+# data_timeline: the timeline of PGDATA's last checkpoint (postgres stopped).
+data_timeline() {
+	local tli
+	tli=$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n "s/^Latest checkpoint's TimeLineID: *//p")
+	[[ $tli =~ ^[0-9]+$ ]] || tli=0
+	printf '%d\n' "$tli"
 }
 
 # --- backups -----------------------------------------------------------------

@@ -7,7 +7,10 @@
 #          it is ready only while its WAL receiver streamed, at most
 #          READY_MAX_LAG_BYTES behind the primary and with replay not paused,
 #          within the last READY_GRACE_SECONDS; otherwise the read Service
-#          drops it instead of serving stale reads.
+#          drops it instead of serving stale reads. A primary that finds a
+#          peer writing on a newer timeline (a failover promoted it while
+#          this one was frozen or cut off) stops its postgres at once and
+#          is not ready: never two writable instances behind the Services.
 #   live:  postgres answers on the socket (accepting, or rejecting while it
 #          starts or recovers), or the pod is deliberately initialising,
 #          cloning or holding: the kubelet must not restart it in a loop.
@@ -44,8 +47,13 @@ require_int READY_GRACE_SECONDS 0
 READY_MAX_LAG_BYTES=${READY_MAX_LAG_BYTES:-268435456}
 require_int READY_MAX_LAG_BYTES 0
 
+# sql STATEMENT: bounded, as everything a probe runs. A psql left waiting on
+# a hung server outlives the probe the kubelet kills on timeout and holds
+# the exec's output open, and the kubelet then hears nothing from the probe
+# for its 2-minute runtime timeout: a frozen primary looked ready that long
+# (seen on the real node).
 sql() {
-	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
+	timeout "${PROBE_QUERY_TIMEOUT:-3}" psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
 }
 
 # standby_fresh: 0 for a primary, or a standby that replicated within the last
@@ -82,6 +90,21 @@ standby_fresh() {
 	fi
 	echo "not ready: standby not replicating (WAL receiver $status, replay $paused, $lag bytes behind the primary, bound $READY_MAX_LAG_BYTES) for more than ${READY_GRACE_SECONDS}s or since start" >&2
 	return 1
+}
+
+# fenced: 0 when this instance is a primary and a peer is a primary on a
+# newer timeline (lib.sh newer_primary_peer); it then stops postgres
+# (immediate: a clean shutdown would let its clients write on), and the
+# restarted container rejoins as a standby (entrypoint.sh).
+fenced() {
+	local row newer
+	[[ -n ${PGDATA:-} && ! -f $PGDATA/standby.signal && -n ${SCRIPTS_DIR:-} ]] || return 1
+	row=$(sql "$SQL_ROLE") || return 1
+	[[ $row =~ ^t\|([0-9]+)$ ]] || return 1
+	newer=$(newer_primary_peer "${BASH_REMATCH[1]}") || return 1
+	echo "not ready: FENCED: $newer while this primary is on timeline ${BASH_REMATCH[1]}: a failover replaced it; stopping postgres" >&2
+	pg_ctl -D "$PGDATA" -m immediate stop >/dev/null 2>&1 || true
+	return 0
 }
 
 # standby_needs_restart: 0 when this standby's replay paused because the
@@ -125,6 +148,7 @@ ready)
 		exit 1
 	fi
 	standby_fresh || exit 1
+	! fenced || exit 1
 	;;
 live)
 	case $state in

@@ -33,6 +33,12 @@
 //     success; exit 3 when DB_NAME already holds user tables (refused,
 //     nothing changed); exit 4 when the backup asked for is not there or
 //     does not verify (nothing changed); other non-zero on failure.
+//   - Failover, the failover Job: DATABASE PRIMARY_ORDINAL INSTANCES
+//     PEER_DOMAIN PGPORT ADMIN_SECRET_DIR, optional GRACE_SECONDS. Waits for
+//     the primary for GRACE_SECONDS, promotes the most advanced standby and
+//     writes the outcome as one JSON line to the termination log:
+//     {"result":"promoted","from":F,"to":T,"timeline":N,"lsn":"X/Y"} or
+//     {"result":"not-needed",...}. Exit 5 when no standby answers.
 //
 // The scripts need bash, coreutils and the PostgreSQL client and server tools
 // only: they run unchanged in the official postgres image and on a Debian
@@ -52,6 +58,7 @@ const (
 	SyncPasswords = "sync-passwords.sh"
 	Backup        = "backup.sh"
 	Restore       = "restore.sh"
+	Failover      = "failover.sh"
 	// Lib holds the helpers the other scripts source; it must be shipped too.
 	Lib = "lib.sh"
 )

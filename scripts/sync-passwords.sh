@@ -102,6 +102,31 @@ sync_sql() {
 # restarts the postgres container, and entrypoint.sh wipes and clones it
 # again. A primary that does not answer changes nothing: this standby may
 # hold the only copy of the data.
+# diverged_from_primary PASSFILE SUPERUSER: prints why and succeeds when this
+# standby replayed past the point where the primary's timeline forked off
+# its own (a failover promoted a standby that had received less: possible
+# only when this one did not answer the failover Job): it can then never
+# follow, and waits for WAL forever.
+diverged_from_primary() {
+	local passfile=$1 su=$2 mine answer primary_tli fork ahead
+	mine=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c \
+		"SELECT coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint()))" 2>/dev/null) || return 1
+	[[ $mine =~ ^[0-9]+$ ]] || return 1
+	answer=$(psql -X -A -t -q -v mine="$mine" \
+		-d "host=$(conninfo_quote "$PRIMARY_HOST") port=$PRIMARY_PORT user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=5" \
+		<<<"WITH t AS (SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int AS tli)
+			SELECT t.tli || '|' || coalesce((SELECT split_part(l, E'\t', 2) FROM regexp_split_to_table(
+				coalesce(pg_read_file('pg_wal/' || lpad(upper(to_hex(t.tli)), 8, '0') || '.history', 0, 1000000, true), ''), E'\n') l
+				WHERE split_part(l, E'\t', 1) = :'mine'), '') FROM t" 2>/dev/null) || return 1
+	primary_tli=${answer%%|*}
+	fork=${answer#*|}
+	[[ $primary_tli =~ ^[0-9]+$ && $fork =~ ^[0-9A-Fa-f]+/[0-9A-Fa-f]+$ ]] && ((primary_tli > mine)) || return 1
+	ahead=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -v fork="$fork" \
+		<<<"SELECT pg_last_wal_replay_lsn() > :'fork'::pg_lsn" 2>/dev/null) || return 1
+	[[ $ahead == t ]] || return 1
+	printf 'this standby replayed timeline %s past %s, where the primary'\''s timeline %s forked off it\n' "$mine" "$fork" "$primary_tli"
+}
+
 check_lost_slot() {
 	local su su_pw here_state here_sysid slot answer primary_sysid wal_status passfile reason
 	[[ -n $PRIMARY_HOST && -f $CLONE_MARKER ]] || return 0
@@ -130,7 +155,7 @@ check_lost_slot() {
 		reason="the primary has no replication slot $slot"
 	elif [[ $wal_status == lost ]]; then
 		reason="the primary invalidated slot $slot (WAL this standby needs is gone)"
-	else
+	elif ! reason=$(diverged_from_primary "$passfile" "$su"); then
 		return 0
 	fi
 	log "standby: $reason; it is ${here_state#*|} and can never catch up: marking the clone unfinished, to be wiped and cloned again at the next container start"

@@ -61,6 +61,29 @@ type Input struct {
 	// NetworkPolicy controls the NetworkPolicy composed beside each Database.
 	// +optional
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// Failover controls the automatic failover of Databases with standbys.
+	// +optional
+	Failover *Failover `json:"failover,omitempty"`
+}
+
+// Failover is how a lost primary is replaced (docs/failover.md).
+type Failover struct {
+	// Enabled promotes the most advanced standby when the primary's pod is
+	// not ready for GraceSeconds. Off, a lost primary waits for a person.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// GraceSeconds is how long the failover Job waits for a primary whose
+	// pod turned unready to answer again before promoting a standby: the
+	// bound between a restart (a roll, a deleted pod) and a loss. It adds to
+	// the readiness probe's detection (about 10 s).
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	GraceSeconds *int32 `json:"graceSeconds,omitempty"`
 }
 
 // NetworkPolicy limits who can reach a Database's PostgreSQL port.

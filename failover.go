@@ -1,0 +1,485 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/scripts"
+)
+
+// Failover (docs/failover.md). The function stays a pure function of what
+// it observes: it never reads a clock. What must survive a reconcile is
+// written where it is read back: the primary's ordinal in the scripts
+// ConfigMap (key primary: the pods read it too), the count and the last
+// failover in status.failover. "The primary has been gone for G seconds" is
+// measured by the failover Job, which the function composes when the
+// primary's pod is not ready and whose outcome (its pod's termination
+// message) it reads through Crossplane's required resources, as it reads the
+// instance pods' readiness.
+//
+// Per reconcile:
+//   - no Job: the primary's pod (N-<primary>) is not ready and failover
+//     applies (standbys, initialised, no restore pending, enabled in the
+//     input) → compose Job N-failover {from: primary, count}.
+//   - the Job runs → keep it as it was created (frozen), condition
+//     Failover=True InProgress.
+//   - the Job ended and its count is not recorded yet → record it
+//     (status.failover.count = count+1) and, if it promoted ordinal T, make
+//     T the primary now: ConfigMap key primary, the rw Service's selector,
+//     status.primary. The Job stays composed until the record is read back,
+//     so a lost status write only repeats the recording.
+//   - the Job ended and is recorded → drop it.
+const (
+	// suffixFailover names the Job N-failover. Not a reserved suffix (names
+	// .go): a Job collides with no other Database's composed names (its
+	// pods are named by the Job controller, with a random suffix), and
+	// reserving it would reject Databases that exist under such a name.
+	suffixFailover = "-failover"
+
+	containerFailover = "failover"
+	componentFailover = "failover"
+
+	// keyPrimary and keyInstances in the scripts ConfigMap: the ordinal the
+	// function made the primary, and the number of instances (the peers a
+	// script asks). Not in the config hash: changing them restarts no pod.
+	keyPrimary   = "primary"
+	keyInstances = "instances"
+
+	// Required resources: the instance pods (their readiness), and the pods
+	// of the failover Job (its outcome).
+	requirementInstances    = "instances"
+	requirementFailoverPods = "failover-pods"
+	labelJobControllerUID   = "batch.kubernetes.io/controller-uid"
+
+	annotationFailoverFrom  = "database.example.com/failover-from"
+	annotationFailoverCount = "database.example.com/failover-count"
+	// annotationFailoverTarget marks a planned switchover's Job and names
+	// the ordinal it promotes.
+	annotationFailoverTarget = "database.example.com/switchover-to"
+
+	condFailover = "Failover"
+
+	reasonPrimaryLost      = "PrimaryLost"
+	reasonSwitchover       = "Switchover"
+	reasonSwitchoverWaits  = "SwitchoverPending"
+	reasonFailoverRunning  = "InProgress"
+	reasonFailoverIdle     = "PrimaryReady"
+	reasonFailoverFailed   = "Failed"
+	reasonFailoverOff      = "Disabled"
+	reasonSingleInstance   = "SingleInstance"
+	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
+	failoverResultPromoted = "promoted"
+	failoverResultNotNeed  = "not-needed"
+
+	// failoverStartingMax is how long the Job lets a primary that is
+	// starting up (rejecting connections: crash recovery) take before it
+	// counts as lost; failoverDeadline bounds the whole run.
+	failoverStartingMax = 120
+	failoverDeadline    = 10 * time.Minute
+)
+
+// failoverRecord is status.failover: the function's memory of failovers.
+type failoverRecord struct {
+	// Count is the number of failover Jobs whose outcome was recorded.
+	Count int64          `json:"count"`
+	Last  *failoverEvent `json:"last,omitempty"`
+}
+
+// failoverEvent is one promotion.
+type failoverEvent struct {
+	From     string       `json:"from"`
+	To       string       `json:"to"`
+	Reason   string       `json:"reason"`
+	Time     *metav1.Time `json:"time,omitempty"`
+	Timeline int64        `json:"timeline,omitempty"`
+	LSN      string       `json:"lsn,omitempty"`
+}
+
+// instancePods is what the required resources said of the instance pods.
+// Resolved is false before Crossplane answered (the first call of a
+// reconcile): then no new failover starts.
+type instancePods struct {
+	Resolved bool
+	Ready    map[string]bool
+}
+
+// failoverOutcome is the failover Job's termination message, as its pod
+// reports it.
+type failoverOutcome struct {
+	Resolved bool
+	Result   string `json:"result"`
+	From     int    `json:"from"`
+	To       int    `json:"to"`
+	Timeline int64  `json:"timeline"`
+	LSN      string `json:"lsn"`
+	Reason   string `json:"reason"`
+}
+
+// failoverPlan is what the function does about failover this reconcile.
+type failoverPlan struct {
+	// Primary is the ordinal the rw Service selects and the ConfigMap names.
+	Primary int
+	Job     *batchv1.Job
+	Record  *failoverRecord
+	// Condition is the Failover condition; Require the required resources.
+	Condition condition
+	Require   map[string]*fnv1.ResourceSelector
+	// InProgress: a failover Job runs (the Database is not Ready).
+	InProgress bool
+}
+
+// observedPrimary is the ordinal the function last made the primary: the
+// observed ConfigMap's key, else the record in status (a ConfigMap deleted by
+// hand), else 0 (a Database composed before failover existed, or new).
+func observedPrimary(o *observed) int {
+	if o.Scripts != nil {
+		if n, err := strconv.Atoi(o.Scripts.Data[keyPrimary]); err == nil && n >= 0 && n < maxInstances {
+			return n
+		}
+	}
+	if r := o.FailoverRecord; r != nil && r.Last != nil {
+		if n, ok := ordinalOf(r.Last.To); ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// maxInstances bounds an ordinal read back (the tiers allow up to 9).
+const maxInstances = 9
+
+// ordinalOf is the ordinal of a pod name N-k.
+func ordinalOf(pod string) (int, bool) {
+	for i := len(pod) - 1; i >= 0; i-- {
+		if pod[i] == '-' {
+			n, err := strconv.Atoi(pod[i+1:])
+			return n, err == nil && n >= 0 && n < maxInstances
+		}
+	}
+	return 0, false
+}
+
+// planFailover decides failover for this reconcile (see the comment at the
+// top of this file). replicas is the number of instances composed.
+func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverPlan {
+	fp := &failoverPlan{Primary: p.Primary, Record: &failoverRecord{}}
+	if o.FailoverRecord != nil {
+		r := *o.FailoverRecord
+		fp.Record = &r
+	}
+	job, out := o.Failover, o.FailoverOutcome
+	if job != nil {
+		fp.Require = map[string]*fnv1.ResourceSelector{requirementFailoverPods: podSelector(db, map[string]string{labelJobControllerUID: string(job.UID)})}
+	}
+	if replicas > 1 && db.Failover {
+		if fp.Require == nil {
+			fp.Require = map[string]*fnv1.ResourceSelector{}
+		}
+		fp.Require[requirementInstances] = podSelector(db, instanceLabels(db))
+	}
+
+	if job != nil {
+		count, from := jobCounter(job)
+		target := -1
+		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
+			target = t
+		}
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target)
+		recorded := fp.Record.Count > count
+		switch {
+		case recorded:
+			// Read back: the Job has done its work; dropping it lets the
+			// next failover start with a new one.
+			delete(fp.Require, requirementFailoverPods)
+			fp.Condition = failoverIdle(db, fp)
+			return fp
+		case jobSucceeded(job) && !out.Resolved:
+			fp.Job, fp.InProgress = frozen, true
+			fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
+				"failover Job %s completed; reading its outcome", frozen.Name)}
+			return fp
+		case jobSucceeded(job):
+			fp.Job = frozen
+			fp.Record.Count = count + 1
+			if out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from {
+				fp.Primary = out.To
+				reason := reasonPrimaryLost
+				if target >= 0 {
+					reason = reasonSwitchover
+				}
+				fp.Record.Last = &failoverEvent{
+					From: podName(db, from), To: podName(db, out.To), Reason: reason,
+					Time: job.Status.CompletionTime, Timeline: out.Timeline, LSN: out.LSN,
+				}
+			}
+			fp.Condition = failoverIdle(db, fp)
+			if out.Result != failoverResultPromoted {
+				fp.Condition.Message = fmt.Sprintf("failover Job %s ended without promoting (%s); %s", frozen.Name, or(out.Reason, or(out.Result, "no outcome reported")), fp.Condition.Message)
+			}
+			return fp
+		case jobFailed(job):
+			fp.Job = frozen
+			fp.Record.Count = count + 1
+			fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverFailed, fmt.Sprintf(
+				"failover Job %s failed (%s): no standby answered, or the promotion did not complete; its log says which. A new Job starts while primary %s is not ready",
+				frozen.Name, or(jobFailure(job).Reason, "no reason given"), podName(db, from))}
+			return fp
+		default:
+			fp.Job, fp.InProgress = frozen, true
+			fp.Condition = failoverRunning(db, from)
+			if target >= 0 {
+				fp.Condition = switchoverRunning(db, from, target)
+			}
+			return fp
+		}
+	}
+
+	switch {
+	case replicas <= 1:
+		fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonSingleInstance,
+			"one instance: there is no standby to fail over to; a lost primary waits for its pod to return"}
+		return fp
+	case !db.Failover:
+		fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverOff,
+			"automatic failover is off in the function input (failover.enabled); a lost primary waits for a person"}
+		return fp
+	}
+	fp.Condition = failoverIdle(db, fp)
+	primaryPod := podName(db, fp.Primary)
+	if !o.Instances.Resolved || !p.Initialized || o.StatefulSet == nil ||
+		(p.Restore != nil && p.Restore.Pending) || rolling(o.StatefulSet) {
+		return fp
+	}
+	if !o.Instances.Ready[primaryPod] {
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1), true
+		fp.Condition = failoverRunning(db, fp.Primary)
+		return fp
+	}
+	if t := db.Primary; t != nil && *t != fp.Primary {
+		// A planned switchover, once every instance is ready: the target
+		// must be a streaming standby to catch up with the primary.
+		if *t >= int(replicas) {
+			fp.Condition.Reason = reasonSwitchoverWaits
+			fp.Condition.Message = fmt.Sprintf("spec.primary %d is not an instance (size %s has %d); the primary stays %s", *t, db.Size, replicas, primaryPod)
+			return fp
+		}
+		for k := range int(replicas) {
+			if !o.Instances.Ready[podName(db, k)] {
+				fp.Condition.Reason = reasonSwitchoverWaits
+				fp.Condition.Message = fmt.Sprintf("spec.primary asks for %s; the switchover starts once every instance is ready (%s is not)", podName(db, *t), podName(db, k))
+				return fp
+			}
+		}
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t), true
+		fp.Condition = switchoverRunning(db, fp.Primary, *t)
+	}
+	return fp
+}
+
+func switchoverRunning(db *database, from, to int) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
+		"switching over from %s to %s (spec.primary): Job %s makes the primary read-only, waits for %s to replay everything, then promotes it",
+		podName(db, from), podName(db, to), db.Name+suffixFailover, podName(db, to))}
+}
+
+func failoverRunning(db *database, from int) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
+		"primary %s is not ready: Job %s waits %ds for it to answer, then promotes the most advanced standby",
+		podName(db, from), db.Name+suffixFailover, db.FailoverGrace)}
+}
+
+func failoverIdle(db *database, fp *failoverPlan) condition {
+	msg := fmt.Sprintf("primary %s; failover is armed (grace %ds)", podName(db, fp.Primary), db.FailoverGrace)
+	if l := fp.Record.Last; l != nil {
+		when := ""
+		if l.Time != nil {
+			when = " at " + stamp(l.Time)
+		}
+		msg += fmt.Sprintf("; last failover from %s to %s%s (%s, timeline %d)", l.From, l.To, when, l.Reason, l.Timeline)
+	}
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverIdle, msg}
+}
+
+// jobCounter reads the count and the lost primary a failover Job was
+// created for.
+func jobCounter(j *batchv1.Job) (count int64, from int) {
+	count, _ = strconv.ParseInt(j.Annotations[annotationFailoverCount], 10, 64)
+	from, _ = strconv.Atoi(j.Annotations[annotationFailoverFrom])
+	return max(count, 0), max(from, 0)
+}
+
+// frozenImage is the image a composed Job runs, so that a minor roll does
+// not rewrite a Job's immutable template mid-run.
+func frozenImage(j *batchv1.Job, fallback string) string {
+	for _, c := range j.Spec.Template.Spec.Containers {
+		if c.Image != "" {
+			return c.Image
+		}
+	}
+	return fallback
+}
+
+// failoverJob runs failover.sh once against the instances: a failover of
+// the lost primary from, or with target >= 0 a planned switchover to target.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int) *batchv1.Job {
+	env := []corev1.EnvVar{
+		{Name: "DATABASE", Value: db.Name},
+		{Name: "PRIMARY_ORDINAL", Value: strconv.Itoa(from)},
+		{Name: "INSTANCES", Value: strconv.Itoa(int(replicas))},
+		{Name: "PEER_DOMAIN", Value: peerDomain(db)},
+		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
+		{Name: "ADMIN_SECRET_DIR", Value: adminDir},
+		{Name: "GRACE_SECONDS", Value: strconv.Itoa(int(db.FailoverGrace))},
+		{Name: "STARTING_MAX_SECONDS", Value: strconv.Itoa(failoverStartingMax)},
+	}
+	ann := map[string]string{
+		annotationFailoverFrom:  strconv.Itoa(from),
+		annotationFailoverCount: strconv.FormatInt(count, 10),
+	}
+	if target >= 0 {
+		env = append(env, corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: strconv.Itoa(target)})
+		ann[annotationFailoverTarget] = strconv.Itoa(target)
+	}
+	return &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        db.Name + suffixFailover,
+			Namespace:   db.Namespace,
+			Labels:      labels(db, componentFailover),
+			Annotations: ann,
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](3),
+			ActiveDeadlineSeconds: ptr.To(int64(failoverDeadline / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentFailover)},
+				Spec: podSpecDefaults(corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{
+						Name:            containerFailover,
+						Image:           image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         []string{"bash", scriptsDir + "/" + scripts.Failover},
+						Env:             env,
+						Resources:       jobResources(),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+							{Name: volAdmin, MountPath: adminDir, ReadOnly: true},
+							{Name: volTmp, MountPath: tmpDir},
+						},
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						SecurityContext:          containerSecurityContext(),
+					}},
+					Volumes: []corev1.Volume{
+						scriptsVolume(db),
+						secretVolume(volAdmin, superuserName(db)),
+						{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				}),
+			},
+		},
+	}
+}
+
+// podSelector asks Crossplane for the pods of the Database's namespace with
+// these labels.
+func podSelector(db *database, l map[string]string) *fnv1.ResourceSelector {
+	return &fnv1.ResourceSelector{
+		ApiVersion: "v1", Kind: "Pod", Namespace: ptr.To(db.Namespace),
+		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: l}},
+	}
+}
+
+// lookupInstances reads the instance pods' readiness from the request. A
+// pod being deleted is not ready, whatever its last condition said.
+func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
+	rs, ok := req.GetRequiredResources()[requirementInstances]
+	if !ok {
+		return instancePods{}
+	}
+	out := instancePods{Resolved: true, Ready: map[string]bool{}}
+	for _, r := range rs.GetItems() {
+		pod := r.GetResource()
+		name := stringAt(pod, "metadata", "name")
+		if name == "" || stringAt(pod, "metadata", "deletionTimestamp") != "" {
+			continue
+		}
+		for _, c := range structAt(pod, "status").GetFields()["conditions"].GetListValue().GetValues() {
+			cs := c.GetStructValue()
+			if stringAt(cs, "type") == string(corev1.PodReady) {
+				out.Ready[name] = stringAt(cs, "status") == string(corev1.ConditionTrue)
+			}
+		}
+	}
+	return out
+}
+
+// lookupFailoverOutcome reads the failover Job's termination message from
+// its pods: the last one that terminated with a message wins (a retried
+// Job's earlier pods failed without one).
+func lookupFailoverOutcome(req *fnv1.RunFunctionRequest) failoverOutcome {
+	rs, ok := req.GetRequiredResources()[requirementFailoverPods]
+	if !ok {
+		return failoverOutcome{}
+	}
+	out := failoverOutcome{Resolved: true}
+	for _, r := range rs.GetItems() {
+		for _, cs := range structAt(r.GetResource(), "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
+			st := cs.GetStructValue()
+			if stringAt(st, "name") != containerFailover {
+				continue
+			}
+			msg := stringAt(structAt(st, "state", "terminated"), "message")
+			var o failoverOutcome
+			if msg != "" && json.Unmarshal([]byte(msg), &o) == nil && o.Result != "" {
+				o.Resolved = true
+				out = o
+			}
+		}
+	}
+	return out
+}
+
+// readFailoverRecord reads status.failover of the observed XR. Fields of
+// the wrong type are taken as absent.
+func readFailoverRecord(xr *structpb.Struct) *failoverRecord {
+	s := structAt(xr, "status", "failover")
+	if s == nil {
+		return nil
+	}
+	r := &failoverRecord{}
+	if n, ok := s.GetFields()["count"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 && n.NumberValue < 1e12 {
+		r.Count = int64(n.NumberValue)
+	}
+	if l := structAt(s, "last"); l != nil {
+		e := &failoverEvent{From: stringAt(l, "from"), To: stringAt(l, "to"), Reason: stringAt(l, "reason"), LSN: stringAt(l, "lsn")}
+		if n, ok := l.GetFields()["timeline"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 && n.NumberValue < 1e12 {
+			e.Timeline = int64(n.NumberValue)
+		}
+		if t, err := time.Parse(time.RFC3339, stringAt(l, "time")); err == nil {
+			e.Time = &metav1.Time{Time: t}
+		}
+		r.Last = e
+	}
+	return r
+}
+
+// rolling is true while the StatefulSet controller rolls the pods (a minor
+// version, a size change): the primary's pod is then restarted on purpose,
+// and failing over would turn a planned restart of seconds into a lost
+// timeline for every client.
+func rolling(sts *appsv1.StatefulSet) bool {
+	st := sts.Status
+	return st.ObservedGeneration < sts.Generation || st.UpdateRevision != st.CurrentRevision
+}

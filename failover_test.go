@@ -1,0 +1,320 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// failoverState is what a response says about failover.
+type failoverState struct {
+	Job       bool
+	JobFrom   string // the Job's PRIMARY_ORDINAL
+	Primary   string // ConfigMap key primary
+	Selector  string // the rw Service's pod-name selector
+	Status    string // status.primary
+	Count     float64
+	LastTo    string
+	Condition string // status/reason of the Failover condition
+	Replicas  int32
+	Requires  []string
+}
+
+func failoverStateOf(t *testing.T, rsp *fnv1.RunFunctionResponse) failoverState {
+	t.Helper()
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			t.Fatalf("Fatal: %s", r.GetMessage())
+		}
+	}
+	rs := rsp.GetDesired().GetResources()
+	cm := decodeInto[corev1.ConfigMap](t, rs[string(rnScripts)].GetResource())
+	svc := decodeInto[corev1.Service](t, rs[string(rnService)].GetResource())
+	st := rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue()
+	s := failoverState{
+		Primary:  cm.Data[keyPrimary],
+		Selector: svc.Spec.Selector[labelPodName],
+		Status:   st.GetFields()["primary"].GetStringValue(),
+		Count:    structAt(st, "failover").GetFields()["count"].GetNumberValue(),
+		LastTo:   stringAt(st, "failover", "last", "to"),
+		Replicas: *desiredSTS(t, rsp).Spec.Replicas,
+	}
+	if c := conditionOf(rsp, condFailover); c != nil {
+		s.Condition = fmt.Sprintf("%s/%s", c.GetStatus(), c.GetReason())
+	}
+	if j := rs[string(rnFailover)].GetResource(); j != nil {
+		s.Job = true
+		job := decodeInto[batchv1.Job](t, j)
+		for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "PRIMARY_ORDINAL" {
+				s.JobFrom = e.Value
+			}
+		}
+	}
+	s.Requires = slices.Sorted(maps.Keys(rsp.GetRequirements().GetResources()))
+	return s
+}
+
+// instancePodsReady are the pods of analytics (example/xrs/large.yaml), ready
+// as given.
+func instancePodsReady(t *testing.T, ready ...bool) []*structpb.Struct {
+	t.Helper()
+	var out []*structpb.Struct
+	for k, r := range ready {
+		name := fmt.Sprintf("analytics-%d", k)
+		out = append(out, yamlStruct(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: data
+  labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: analytics, app.kubernetes.io/component: database, statefulset.kubernetes.io/pod-name: %s}
+status:
+  conditions: [{type: Ready, status: "%v"}]
+`, name, name, map[bool]string{true: "True", false: "False"}[r])))
+	}
+	return out
+}
+
+// failoverJobPod is the pod of the observed failover Job, terminated with
+// this message.
+func failoverJobPod(t *testing.T, req *fnv1.RunFunctionRequest, message string) *structpb.Struct {
+	t.Helper()
+	uid := stringAt(req.GetObserved().GetResources()[string(rnFailover)].GetResource(), "metadata", "uid")
+	return yamlStruct(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: analytics-failover-x7k2p
+  namespace: data
+  labels: {batch.kubernetes.io/controller-uid: %q}
+status:
+  containerStatuses:
+  - name: failover
+    state: {terminated: {exitCode: 0, message: %q}}
+`, uid, message))
+}
+
+// TestFailoverLifecycle plays a failover reconcile by reconcile against the
+// large example: the primary's pod turns unready, a Job is composed, it
+// promotes ordinal 2, the function records it and moves the primary, then
+// drops the Job; the result is a fixed point.
+func TestFailoverLifecycle(t *testing.T) {
+	req := xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	requires := []string{requirementInstances}
+	steady := failoverState{Primary: "0", Selector: "analytics-0", Status: "analytics-0", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: requires}
+	if d := cmp.Diff(steady, failoverStateOf(t, rsp)); d != "" {
+		t.Fatalf("steady state (-want +got):\n%s", d)
+	}
+
+	cluster := func(extra ...*structpb.Struct) []*structpb.Struct {
+		return append(append([]*structpb.Struct{}, exampleCluster(t)...), extra...)
+	}
+	steps := []struct {
+		name    string
+		cluster []*structpb.Struct
+		// mutate changes the request before the call (after the feed-back).
+		mutate func(req *fnv1.RunFunctionRequest)
+		want   failoverState
+	}{
+		{
+			name:    "PrimaryUnready",
+			cluster: cluster(instancePodsReady(t, false, true, true)...),
+			want:    failoverState{Job: true, JobFrom: "0", Primary: "0", Selector: "analytics-0", Status: "analytics-0", Condition: "STATUS_CONDITION_TRUE/InProgress", Replicas: 3, Requires: requires},
+		},
+		{
+			// The Job completed; Crossplane has not yet fetched its pod.
+			name:    "JobDoneOutcomeNotRead",
+			cluster: cluster(instancePodsReady(t, false, true, true)...),
+			mutate: func(req *fnv1.RunFunctionRequest) {
+				delete(req.RequiredResources, requirementFailoverPods)
+			},
+			want: failoverState{Job: true, JobFrom: "0", Primary: "0", Selector: "analytics-0", Status: "analytics-0", Condition: "STATUS_CONDITION_TRUE/InProgress", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}},
+		},
+		{
+			name: "Promoted",
+			want: failoverState{Job: true, JobFrom: "0", Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 1, LastTo: "analytics-2", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}},
+		},
+		{
+			// Recorded and read back: the Job goes; the old primary is a
+			// standby now, and every pod is ready.
+			name:    "Recorded",
+			cluster: cluster(instancePodsReady(t, true, true, true)...),
+			want:    failoverState{Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 1, LastTo: "analytics-2", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: requires},
+		},
+		{
+			// A smaller size would delete ordinal 2, the primary.
+			name:    "ScaleInBelowPrimary",
+			cluster: cluster(instancePodsReady(t, true, true, true)...),
+			mutate: func(req *fnv1.RunFunctionRequest) {
+				req.Observed.Composite.Resource.GetFields()["spec"].GetStructValue().Fields["size"] = structpb.NewStringValue("medium")
+			},
+			want: failoverState{Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 1, LastTo: "analytics-2", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: requires},
+		},
+	}
+	for i, s := range steps {
+		feedBack(t, req, rsp, true)
+		if s.name == "Promoted" {
+			s.cluster = cluster(append(instancePodsReady(t, false, true, true),
+				failoverJobPod(t, req, `{"result":"promoted","from":0,"to":2,"timeline":2,"lsn":"0/5000060"}`))...)
+		}
+		if s.mutate != nil {
+			s.mutate(req)
+		}
+		// The feed-back marks every Job complete: the first step needs it
+		// running, as Crossplane would observe a Job it just created.
+		if i == 0 {
+			delete(req.Observed.Resources, string(rnFailover))
+		}
+		if i == 1 {
+			// Crossplane's first call of a reconcile has no required resources.
+			rsp = runOnce(t, req)
+		} else {
+			rsp = runTestIn(t, req, s.cluster)
+		}
+		if d := cmp.Diff(s.want, failoverStateOf(t, rsp)); d != "" {
+			t.Errorf("%s (-want +got):\n%s", s.name, d)
+		}
+		if s.name == "ScaleInBelowPrimary" {
+			if c := conditionOf(rsp, condSpecApplied); c.GetReason() != reasonScaleInBlocked {
+				t.Errorf("SpecApplied reason %q, want %s: %s", c.GetReason(), reasonScaleInBlocked, c.GetMessage())
+			}
+		}
+	}
+
+	// A fixed point: fed back again, the desired state is the same.
+	feedBack(t, req, rsp, true)
+	next := runTestIn(t, req, cluster(instancePodsReady(t, true, true, true)...))
+	if d := diffProto(desiredOf(rsp), desiredOf(next)); d != "" {
+		t.Errorf("after the failover, desired state changed when fed back (-prev +next):\n%s", d)
+	}
+}
+
+// TestFailoverNotStarted: no Job when failing over would be wrong or
+// impossible.
+func TestFailoverNotStarted(t *testing.T) {
+	cases := map[string]struct {
+		xr     string
+		input  func(in *structpb.Struct)
+		rollin bool
+		want   string // Failover condition
+	}{
+		"SingleInstance": {xr: "example/xrs/small.yaml", want: "STATUS_CONDITION_FALSE/SingleInstance"},
+		"Disabled": {xr: "example/xrs/large.yaml", input: func(in *structpb.Struct) {
+			in.Fields["failover"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"enabled": structpb.NewBoolValue(false)}})
+		}, want: "STATUS_CONDITION_FALSE/Disabled"},
+		// A roll restarts the primary on purpose.
+		"Rolling": {xr: "example/xrs/large.yaml", rollin: true, want: "STATUS_CONDITION_FALSE/PrimaryReady"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := proto.CloneOf(compositionInput(t, "example/composition.yaml"))
+			if tc.input != nil {
+				tc.input(in)
+			}
+			req := xrRequest(readYAMLStruct(t, tc.xr), in)
+			rsp := runTest(t, req)
+			feedBack(t, req, rsp, true)
+			rsp = runTest(t, req)
+			feedBack(t, req, rsp, true)
+			if tc.rollin {
+				sts := req.Observed.Resources[string(rnStatefulSet)].GetResource()
+				structAt(sts, "status").Fields["updateRevision"] = structpb.NewStringValue("analytics-new")
+			}
+			name := stringAt(req.Observed.Composite.Resource, "metadata", "name")
+			ns := stringAt(req.Observed.Composite.Resource, "metadata", "namespace")
+			pods := []*structpb.Struct{yamlStruct(t, fmt.Sprintf(`{apiVersion: v1, kind: Pod, metadata: {name: %s-0, namespace: %s, labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: %s, app.kubernetes.io/component: database}}, status: {conditions: [{type: Ready, status: "False"}]}}`, name, ns, name))}
+			rsp = runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), pods...))
+			got := failoverStateOf(t, rsp)
+			if got.Job || got.Condition != tc.want {
+				t.Errorf("Job %v, condition %s; want no Job and %s", got.Job, got.Condition, tc.want)
+			}
+		})
+	}
+}
+
+// TestFailoverJobSecure: the failover Job passes the same Pod Security and
+// container checks as every other pod the function composes.
+func TestFailoverJobSecure(t *testing.T) {
+	db := testDB()
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1)
+	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
+		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
+	}
+	c := j.Spec.Template.Spec.Containers[0]
+	if c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("terminationMessagePolicy %q: the outcome is the termination message", c.TerminationMessagePolicy)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil {
+		t.Errorf("container security context not restricted: %+v", sc)
+	}
+	if p := j.Spec.Template.Spec; p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
+		t.Error("the failover pod must not mount a ServiceAccount token: it talks to PostgreSQL only")
+	}
+}
+
+// TestSwitchover: spec.primary moves the primary on purpose once every
+// instance is ready, and the record says Switchover.
+func TestSwitchover(t *testing.T) {
+	xr := readYAMLStruct(t, "example/xrs/large.yaml")
+	req := xrRequest(xr, compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	xr.GetFields()["spec"].GetStructValue().Fields["primary"] = structpb.NewNumberValue(1)
+	cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, false, true)...)
+
+	// A standby is not ready: the switchover waits.
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, cluster)
+	if got := failoverStateOf(t, rsp); got.Job || got.Condition != "STATUS_CONDITION_FALSE/"+reasonSwitchoverWaits {
+		t.Fatalf("with analytics-1 unready: Job %v, condition %s; want no Job, %s", got.Job, got.Condition, reasonSwitchoverWaits)
+	}
+
+	cluster = append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, true, true)...)
+	rsp = runTestIn(t, req, cluster)
+	got := failoverStateOf(t, rsp)
+	if !got.Job || got.JobFrom != "0" || got.Condition != "STATUS_CONDITION_TRUE/InProgress" {
+		t.Fatalf("switchover Job: %+v", got)
+	}
+	job := decodeInto[batchv1.Job](t, rsp.GetDesired().GetResources()[string(rnFailover)].GetResource())
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["MODE"] != "switchover" || env["TARGET_ORDINAL"] != "1" {
+		t.Errorf("switchover Job env MODE=%q TARGET_ORDINAL=%q", env["MODE"], env["TARGET_ORDINAL"])
+	}
+
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, `{"result":"promoted","from":0,"to":1,"timeline":2,"lsn":"0/6000000","reason":"Switchover"}`)))
+	want := failoverState{Job: true, JobFrom: "0", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 1, LastTo: "analytics-1", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	if d := cmp.Diff(want, failoverStateOf(t, rsp)); d != "" {
+		t.Errorf("after the switchover (-want +got):\n%s", d)
+	}
+	if r := stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "failover", "last", "reason"); r != reasonSwitchover {
+		t.Errorf("status.failover.last.reason %q, want %s", r, reasonSwitchover)
+	}
+	// Recorded: the Job goes and nothing else is asked for.
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, cluster)
+	if got := failoverStateOf(t, rsp); got.Job || got.Primary != "1" {
+		t.Errorf("once recorded: Job %v, primary %s; want no Job, primary 1", got.Job, got.Primary)
+	}
+}

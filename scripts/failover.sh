@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# failover.sh: the failover Job, composed by the function when the primary's
+# pod is not ready (docs/failover.md). One run decides and acts once:
+#
+#   1. For GRACE_SECONDS the primary is asked, every second, whether it
+#      answers as a primary. If it does, the Job ends "not-needed": a primary
+#      that restarts (a roll, a deleted pod) is not failed over. A primary
+#      still starting up (rejecting connections) extends the wait, up to
+#      STARTING_MAX_SECONDS.
+#   2. Every other instance is asked for its timeline and the WAL it has
+#      received. One that already answers as a primary was promoted by an
+#      earlier run whose result was not recorded: it is the answer again.
+#      Otherwise the most advanced standby (newest timeline, then highest
+#      received LSN, then lowest ordinal, so the choice is deterministic) is
+#      chosen; with synchronous replication it holds every committed write.
+#   3. The chosen standby replays what it received, is asked once more that
+#      the primary is still silent, and is promoted (pg_promote). Replication
+#      slots for every other instance are created on it, so that standbys
+#      following it, and the old primary cloning it, find theirs.
+#   4. The outcome is the termination message (one JSON line), which the
+#      function reads back through the Job's pod:
+#        {"result":"promoted","from":F,"to":T,"timeline":TLI,"lsn":"X/Y"}
+#        {"result":"not-needed","from":F,"reason":"..."}
+#      Exit 5 when no standby answers (the Job retries, bounded by its
+#      deadline).
+#
+# The Job never touches the old primary: it cannot stop a frozen process on
+# another node. Fencing is elsewhere: the rw Service's selector moves to the
+# promoted pod, the old primary's readiness probe stops it when it sees the
+# newer timeline (probe.sh), and its entrypoint rejoins it as a standby.
+#
+# Environment: DATABASE (N), PRIMARY_ORDINAL (F, the lost primary),
+# INSTANCES, PEER_DOMAIN (N-hl.NS.svc...; instances are N-k.PEER_DOMAIN),
+# PGPORT, ADMIN_SECRET_DIR (username, password); optional GRACE_SECONDS
+# (default 10), STARTING_MAX_SECONDS (default 120), STATE_DIR (default /tmp),
+# TERMINATION_LOG (default /dev/termination-log), FAILOVER_HOSTS (tests:
+# space-separated host:port by ordinal, replacing N-k.PEER_DOMAIN:PGPORT).
+set -Eeuo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+LOG_TAG=failover
+
+require_env DATABASE PRIMARY_ORDINAL INSTANCES PGPORT ADMIN_SECRET_DIR
+require_int PRIMARY_ORDINAL 0
+require_int INSTANCES 2
+GRACE_SECONDS=${GRACE_SECONDS:-10}
+require_int GRACE_SECONDS 0
+STARTING_MAX_SECONDS=${STARTING_MAX_SECONDS:-120}
+require_int STARTING_MAX_SECONDS 0
+TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
+from=$((10#$PRIMARY_ORDINAL))
+((from < INSTANCES)) || die "PRIMARY_ORDINAL $from is not below INSTANCES $INSTANCES"
+
+declare -a hosts
+if [[ -n ${FAILOVER_HOSTS:-} ]]; then
+	read -r -a hosts <<<"$FAILOVER_HOSTS"
+	((${#hosts[@]} >= INSTANCES)) || die "FAILOVER_HOSTS names ${#hosts[@]} hosts for $INSTANCES instances"
+else
+	require_env PEER_DOMAIN
+	for ((k = 0; k < INSTANCES; k++)); do hosts[k]="$DATABASE-$k.$PEER_DOMAIN:$PGPORT"; done
+fi
+
+# finish JSON: the outcome, for the function (termination message) and the log.
+finish() {
+	printf '%s\n' "$1"
+	printf '%s\n' "$1" >"$TERMINATION_LOG" 2>/dev/null || log "cannot write $TERMINATION_LOG"
+	exit 0
+}
+
+# lsn_int X/Y: an LSN as one integer (64 bits fit bash arithmetic).
+lsn_int() {
+	local hi=${1%/*} lo=${1#*/}
+	[[ $1 == */* && $hi =~ ^[0-9A-Fa-f]+$ && $lo =~ ^[0-9A-Fa-f]+$ ]] || {
+		echo -1
+		return
+	}
+	echo $((16#$hi * 4294967296 + 16#$lo))
+}
+
+# primary_answers: 0 when the lost primary answers as a primary; sets
+# primary_state to accepting, starting (postgres up, not yet accepting) or
+# silent.
+primary_answers() {
+	local host=${hosts[from]%:*} port=${hosts[from]##*:} rc=0 row
+	row=$(remote_query "${hosts[from]}" "$SQL_ROLE") || row=''
+	if [[ $row == t\|* ]]; then
+		primary_state=accepting
+		return 0
+	fi
+	pg_isready -q -t 2 -h "$host" -p "$port" || rc=$?
+	if ((rc == 1)); then primary_state=starting; else primary_state=silent; fi
+	return 1
+}
+
+# A promotion by an earlier run of this Job that was not recorded: report it.
+report_existing_primary() {
+	local k row
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != from)) || continue
+		row=$(remote_query "${hosts[k]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn() WHERE NOT pg_is_in_recovery()") || continue
+		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]]; then
+			log "ordinal $k already answers as a primary (timeline ${BASH_REMATCH[1]}): an earlier run promoted it"
+			finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$k,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"PrimaryLost\"}"
+		fi
+	done
+}
+
+# switchover: a planned move of the primary to TARGET_ORDINAL, losing
+# nothing: the old primary turns read-only and its sessions end, the target
+# replays everything the old primary wrote, then it is promoted. Any failure
+# before the promotion makes the old primary writable again.
+switchover() {
+	local to=$((10#$TARGET_ORDINAL)) row end i
+	((to != from && to < INSTANCES)) || die "TARGET_ORDINAL $to must be another instance below $INSTANCES"
+	# Asked again for up to 30 s: a new pod's first connections can be
+	# refused while the NetworkPolicy's implementation learns its address
+	# (seen with kube-router on the real node).
+	local standby=''
+	for ((i = 0; i < 30; i++)); do
+		row=$(remote_query "${hosts[from]}" "$SQL_ROLE") || row=''
+		standby=$(remote_query "${hosts[to]}" "SELECT pg_is_in_recovery()") || standby=''
+		[[ $row != t\|* || $standby != t ]] || break
+		sleep 1
+	done
+	[[ $row == t\|* ]] || die "the primary ordinal $from does not answer as a primary ('$row'): not switching over"
+	[[ $standby == t ]] || die "ordinal $to does not answer as a standby ('$standby'): not switching over"
+	trap 'log "switchover failed: making ordinal $from writable again"; remote_query "${hosts[from]}" "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null; remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null' EXIT
+	log "switchover from ordinal $from to $to: the primary turns read-only and its sessions end"
+	remote_query "${hosts[from]}" "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null || die "cannot make the primary read-only"
+	remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null || die "cannot reload the primary"
+	remote_query "${hosts[from]}" "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null ||
+		die "cannot end the primary's sessions"
+	end=$(remote_query "${hosts[from]}" "SELECT pg_current_wal_lsn()") || die "cannot read the primary's WAL position"
+	log "the primary wrote up to $end; waiting for ordinal $to to replay it"
+	for ((i = 0; i < 120; i++)); do
+		row=$(remote_query "${hosts[to]}" "SELECT pg_last_wal_replay_lsn() >= '$end'::pg_lsn") || row=''
+		[[ $row != t ]] || break
+		sleep 1
+	done
+	[[ $row == t ]] || die "ordinal $to did not replay up to $end within 120s"
+	promote "$to" Switchover
+}
+
+# promote T REASON: promote ordinal T, create the other ordinals' slots on
+# it, and report.
+promote() {
+	local to=$1 reason=$2 row slots='' name k
+	# pg_promote waits up to 60 s for the promotion: so does the query.
+	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)" 65) || row=''
+	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
+	trap - EXIT
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != to)) || continue
+		name=$DATABASE-$k
+		name=${name,,}
+		name=${name//[^a-z0-9_]/_}
+		slots+="${slots:+, }('$name')"
+	done
+	remote_query "${hosts[to]}" "SELECT count(pg_create_physical_replication_slot(s, true)) FROM (VALUES $slots) v(s)
+		WHERE s NOT IN (SELECT slot_name FROM pg_replication_slots)" >/dev/null ||
+		log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
+	row=$(remote_query "${hosts[to]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
+	[[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] || die "ordinal $to does not answer as a primary after the promotion (answer '$row')"
+	log "ordinal $to is the primary on timeline ${BASH_REMATCH[1]}"
+	finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$to,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"$reason\"}"
+}
+
+if [[ ${MODE:-failover} == switchover ]]; then
+	require_int TARGET_ORDINAL 0
+	switchover
+fi
+
+log "primary ordinal $from (${hosts[from]}) is not ready; watching it for ${GRACE_SECONDS}s"
+start=$SECONDS
+silent_since=$SECONDS
+primary_state=silent
+while :; do
+	# An unrecorded promotion first: a frozen old primary that resumes still
+	# answers as a primary (on the old timeline) until its probe fences it.
+	report_existing_primary
+	if primary_answers; then
+		finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again after $((SECONDS - start))s\"}"
+	fi
+	[[ $primary_state == silent ]] || silent_since=$SECONDS
+	if ((SECONDS - silent_since >= GRACE_SECONDS)); then
+		break
+	fi
+	if ((SECONDS - start >= GRACE_SECONDS + STARTING_MAX_SECONDS)); then
+		log "the primary has been starting up for more than ${STARTING_MAX_SECONDS}s without accepting connections"
+		break
+	fi
+	sleep 1
+done
+log "primary ordinal $from did not answer as a primary for ${GRACE_SECONDS}s (last: $primary_state): choosing a standby"
+
+# Every standby must answer before one is chosen: one that is slow to
+# answer (a loaded node) may hold WAL the others lack, and promoting another
+# would lose its commits and leave it diverged. Only after CANDIDATE_ROUNDS
+# rounds (2 s apart) does the choice go ahead among those that answered.
+CANDIDATE_ROUNDS=${CANDIDATE_ROUNDS:-15}
+require_int CANDIDATE_ROUNDS 1
+for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
+	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != from)) || continue
+		# The replayed position, once replay caught up with what was
+		# received: the received one is reset when a walreceiver restarts
+		# (it then counts from the segment it streams from again), so
+		# comparing it chose a standby with less WAL (seen on the real node).
+		row=$(remote_query "${hosts[k]}" "SELECT pg_is_in_recovery(),
+				coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
+				coalesce(pg_last_wal_replay_lsn(), '0/0'),
+				coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), true)") || {
+			log "ordinal $k (${hosts[k]}) does not answer (round $round of $CANDIDATE_ROUNDS)"
+			silent=$((silent + 1))
+			continue
+		}
+		IFS='|' read -r recovery tli lsn caught_up <<<"$row"
+		[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
+		if [[ $caught_up != t ]]; then
+			log "ordinal $k is still replaying what it received (round $round of $CANDIDATE_ROUNDS)"
+			silent=$((silent + 1))
+			continue
+		fi
+		n=$(lsn_int "$lsn")
+		log "ordinal $k: standby on timeline $tli, replayed up to $lsn"
+		if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
+			best=$k best_tli=$tli best_lsn=$n best_text=$lsn
+		fi
+	done
+	((silent > 0 && round < CANDIDATE_ROUNDS)) || break
+	report_existing_primary
+	sleep 2
+done
+if ((silent > 0 && best >= 0)); then
+	log "WARNING: $silent standby(s) never answered or never caught up; choosing among the others: a silent one may hold more WAL (it is cloned again when it returns)"
+fi
+if ((best < 0)); then
+	log "no standby answers: nothing to promote; the Job retries"
+	exit 5
+fi
+
+log "promoting ordinal $best (timeline $best_tli, received $best_text): waiting for it to replay what it received"
+for ((i = 0; i < 60; i++)); do
+	row=$(remote_query "${hosts[best]}" "SELECT pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), '0/0')") || row=''
+	[[ $row != t ]] || break
+	sleep 1
+done
+if primary_answers; then
+	finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again before the promotion\"}"
+fi
+promote "$best" PrimaryLost
