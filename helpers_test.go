@@ -265,6 +265,11 @@ func observedFrom(t testing.TB, rsp *fnv1.RunFunctionResponse, running bool) map
 		ann["crossplane.io/composition-resource-name"] = name
 		meta["annotations"] = ann
 		meta["generation"] = 1
+		// As the API server does: every object has a resourceVersion, and
+		// an apply that changes nothing keeps it.
+		if meta["resourceVersion"] == nil {
+			meta["resourceVersion"] = fmt.Sprint(1000 + len(name))
+		}
 		meta["uid"] = "00000000-0000-0000-0000-" + fmt.Sprintf("%012d", len(name))
 		switch m["kind"] {
 		case "StatefulSet":

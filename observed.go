@@ -75,7 +75,7 @@ var (
 	// the CPU of a request with full observed state (notes/issue-14.md).
 	// Every other field reads as the cluster has it.
 	cronJobFields   = wire.Omit{"spec": {"jobTemplate": nil}}
-	secretFields    = wire.Fields{"data": nil}
+	secretFields    = wire.Fields{"data": nil, "metadata": {"resourceVersion": nil}}
 	configMapFields = wire.Fields{"data": {keyInitialized: nil, keyPrimary: nil}}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = wire.Fields{

@@ -117,6 +117,44 @@ func TestPasswordsReadBack(t *testing.T) {
 
 }
 
+// TestSecretsApplyOverWhatWasRead: the desired Secrets carry the
+// resourceVersion of the observed ones the passwords were read from, so the
+// API server refuses to apply them over an edit made after the observation
+// (a password rotated while a reconcile was in flight) instead of putting the
+// old password back; a Secret not observed is created unconditionally.
+func TestSecretsApplyOverWhatWasRead(t *testing.T) {
+	cred, sup := string(rnCredentials), string(rnSuperuser)
+	cases := map[string]struct {
+		deleted []string
+		want    map[string]string
+	}{
+		"BothObserved":    {want: map[string]string{cred: "4711", sup: "4712"}},
+		"CredentialsGone": {deleted: []string{cred}, want: map[string]string{cred: "", sup: "4712"}},
+		"SuperuserGone":   {deleted: []string{sup}, want: map[string]string{cred: "4711", sup: ""}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := runningRequest(t, validXR)
+			for rn, rv := range map[string]string{cred: "4711", sup: "4712"} {
+				s := decodeInto[corev1.Secret](t, req.Observed.Resources[rn].GetResource())
+				s.ResourceVersion = rv
+				req.Observed.Resources[rn] = encodeObserved(t, s)
+			}
+			for _, rn := range tc.deleted {
+				delete(req.Observed.Resources, rn)
+			}
+			rsp := runTest(t, req)
+			got := map[string]string{}
+			for rn := range tc.want {
+				got[rn] = decodeInto[corev1.Secret](t, rsp.GetDesired().GetResources()[rn].GetResource()).ResourceVersion
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("desired Secrets' resourceVersion (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 // TestPasswordsSurviveSecretLoss: the app password survives the deletion of
 // either Secret (its copy in the superuser Secret is read back when the
 // credentials Secret is gone, and the copy is written again when the
@@ -168,9 +206,13 @@ func TestPasswordsSurviveSecretLoss(t *testing.T) {
 				}
 			}
 			// Fed back as observed, nothing changes (but the readiness of the
-			// Secret that was missing).
+			// Secret that was missing, and the resourceVersion it now has).
 			req.Observed.Resources = observedFrom(t, rsp, true)
-			if d := cmp.Diff(desiredOf(rsp), desiredOf(runTest(t, req)), protocmp.Transform(), protocmp.IgnoreFields(&fnv1.Resource{}, "ready")); d != "" {
+			second := desiredOf(runTest(t, req))
+			for _, rn := range tc.deleted {
+				delete(second[rn].GetResource().GetFields()["metadata"].GetStructValue().GetFields(), "resourceVersion")
+			}
+			if d := cmp.Diff(desiredOf(rsp), second, protocmp.Transform(), protocmp.IgnoreFields(&fnv1.Resource{}, "ready")); d != "" {
 				t.Errorf("%s: the desired state churns (-first +second):\n%s", tc.reason, d)
 			}
 		})

@@ -47,6 +47,16 @@ const (
 // password is never regenerated under a running database.
 type passwords struct {
 	App, Superuser, Replication string
+
+	// CredentialsVersion and SuperuserVersion are the resourceVersions of
+	// the observed Secrets the passwords were read from, and the desired
+	// Secrets carry them: the API server then refuses (409 Conflict) to
+	// apply a Secret over an edit made after the observation, Crossplane
+	// requeues without an event, and the next reconcile reads the edit.
+	// Without them a reconcile in flight when a user rotates a password
+	// applies what it computed before, which puts the old password back.
+	// Empty (no observed Secret) makes the apply unconditional: it creates.
+	CredentialsVersion, SuperuserVersion string
 }
 
 // passwordAlphabet avoids characters that need escaping in URIs, pgpass
@@ -100,10 +110,20 @@ func resolvePasswords(o *observed, generate func() string) passwords {
 		app = existingOrNew(o.Superuser, keyAppPasswordCopy)
 	}
 	return passwords{
-		App:         app,
-		Superuser:   existingOrNew(o.Superuser, keyPassword),
-		Replication: existingOrNew(o.Superuser, keyReplicationPassword),
+		App:                app,
+		Superuser:          existingOrNew(o.Superuser, keyPassword),
+		Replication:        existingOrNew(o.Superuser, keyReplicationPassword),
+		CredentialsVersion: resourceVersion(o.Credentials),
+		SuperuserVersion:   resourceVersion(o.Superuser),
 	}
+}
+
+// resourceVersion is s's, or empty when s was not observed.
+func resourceVersion(s *corev1.Secret) string {
+	if s == nil {
+		return ""
+	}
+	return s.ResourceVersion
 }
 
 // credentialsSecret is what apps mount: everything a client needs to connect
@@ -122,9 +142,10 @@ func credentialsSecret(db *database, pw passwords) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      credentialsName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentDatabase),
+			Name:            credentialsName(db),
+			Namespace:       db.Namespace,
+			ResourceVersion: pw.CredentialsVersion,
+			Labels:          labels(db, componentDatabase),
 			Annotations: map[string]string{
 				annotationSQLNames: "role and database " + db.SQLName + " (the Database name with '-' turned into '_')",
 			},
@@ -150,9 +171,10 @@ func superuserSecret(db *database, pw passwords) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      superuserName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentDatabase),
+			Name:            superuserName(db),
+			Namespace:       db.Namespace,
+			ResourceVersion: pw.SuperuserVersion,
+			Labels:          labels(db, componentDatabase),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
