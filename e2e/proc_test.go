@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -125,6 +126,30 @@ func (p *proc) pid() int {
 
 // tail returns the last n lines of the log.
 func (p *proc) tail(n int) string { return tailFile(p.log, n) }
+
+// fileSize is path's size, 0 when it does not exist: where to start reading
+// what a process logs from now on (readFrom).
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// readFrom is what path holds from offset on, empty when unreadable.
+func readFrom(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
 
 func tailFile(path string, n int) string {
 	f, err := os.Open(path)
