@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 )
 
 // TestFailover: a large Database (three instances) with synchronous
@@ -228,9 +227,6 @@ var knownLost = map[int]bool{}
 func (s *suite) writerPod(t *testing.T, ns, name, db string) {
 	t.Helper()
 	secret := db + "-credentials"
-	ref := func(key string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
-	}
 	const loop = `until psql -X -q -c "CREATE TABLE IF NOT EXISTS ticks (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())"; do sleep 1; done
 i=0
 while :; do
@@ -242,35 +238,13 @@ while :; do
 	fi
 	sleep 0.2
 done`
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser: ptr.To(int64(999)), RunAsGroup: ptr.To(int64(999)), RunAsNonRoot: ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name:            "writer",
-				Image:           postgresImage,
-				ImagePullPolicy: corev1.PullNever,
-				Command:         []string{"bash", "-c", loop},
-				Env: []corev1.EnvVar{
-					{Name: "PGHOST", Value: svc(db, ns)},
-					{Name: "PGCONNECT_TIMEOUT", Value: "2"},
-					{Name: "PGUSER", ValueFrom: ref("username")},
-					{Name: "PGPASSWORD", ValueFrom: ref("password")},
-					{Name: "PGDATABASE", ValueFrom: ref("dbname")},
-				},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
+	p := psqlPod(ns, name, "writer", []string{"bash", "-c", loop}, []corev1.EnvVar{
+		{Name: "PGHOST", Value: svc(db, ns)},
+		{Name: "PGCONNECT_TIMEOUT", Value: "2"},
+		secretEnv("PGUSER", secret, "username"),
+		secretEnv("PGPASSWORD", secret, "password"),
+		secretEnv("PGDATABASE", secret, "dbname"),
+	})
 	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create writer pod: %v", err)
 	}

@@ -149,36 +149,13 @@ func (s *suite) waitRealReady(t *testing.T, d database) *unstructured.Unstructur
 func (s *suite) clientPod(t *testing.T, ns, name, db string) {
 	t.Helper()
 	secret := db + "-credentials"
-	env := []corev1.EnvVar{
+	p := psqlPod(ns, name, "psql", []string{"sleep", "infinity"}, []corev1.EnvVar{
 		{Name: "PGCONNECT_TIMEOUT", Value: "5"},
-		{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "password", Optional: ptr.To(true)}}},
-		{Name: "PGUSER", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "username", Optional: ptr.To(true)}}},
-		{Name: "PGDATABASE", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "dbname", Optional: ptr.To(true)}}},
-		{Name: "DB_URI", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "uri", Optional: ptr.To(true)}}},
-	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser: ptr.To(int64(999)), RunAsGroup: ptr.To(int64(999)), RunAsNonRoot: ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name:            "psql",
-				Image:           postgresImage,
-				ImagePullPolicy: corev1.PullNever,
-				Command:         []string{"sleep", "infinity"},
-				Env:             env,
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
+		secretEnv("PGPASSWORD", secret, "password"),
+		secretEnv("PGUSER", secret, "username"),
+		secretEnv("PGDATABASE", secret, "dbname"),
+		secretEnv("DB_URI", secret, "uri"),
+	})
 	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create client pod %s/%s: %v", ns, name, err)
 	}
@@ -189,6 +166,43 @@ func (s *suite) clientPod(t *testing.T, ns, name, db string) {
 		}
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
 	})
+}
+
+// psqlPod is a pod of the PostgreSQL image run as an app runs one: restricted
+// Pod Security, no ServiceAccount token, command with env.
+func psqlPod(ns, name, container string, command []string, env []corev1.EnvVar) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser: ptr.To(int64(999)), RunAsGroup: ptr.To(int64(999)), RunAsNonRoot: ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            container,
+				Image:           postgresImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         command,
+				Env:             env,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+// secretEnv is the environment variable name set from key of secret; the
+// pod starts without it while the Secret is missing, as the scenarios that
+// delete a Database and create it again need.
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(true),
+	}}}
 }
 
 func podWaiting(p *corev1.Pod) string {
