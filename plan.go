@@ -18,14 +18,6 @@ const (
 	reasonStorageClass       = "StorageClassImmutable"
 	reasonBackupStorage      = "BackupStorageImmutable"
 	reasonRestoreAfterCreate = "RestoreOnlyAtCreation"
-
-	// annotationMajor records the PostgreSQL major on the StatefulSet, so the
-	// running major is read back without parsing image references.
-	annotationMajor = "database.example.com/postgres-major"
-	// keyInitialized in the scripts ConfigMap tells an ordinal-0 pod that
-	// finds an empty data directory that the database existed: it must not
-	// initdb a new, empty primary.
-	keyInitialized = "initialized"
 )
 
 // blocked is a spec change the function did not apply, and why.
