@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -151,7 +150,8 @@ func runningMajor(sts *appsv1.StatefulSet) (int, string, bool) {
 		return m, img, true
 	}
 	// Without the annotation, fall back to the image tag's major.
-	if m, err := strconv.Atoi(strings.SplitN(imageVersion(img), ".", 2)[0]); err == nil {
+	_, major := imageVersion(img)
+	if m, err := strconv.Atoi(major); err == nil {
 		return m, img, true
 	}
 	return 0, "", false
