@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
-	"google.golang.org/protobuf/types/known/structpb"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +19,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 
 	"github.com/example/function-database/internal/wire"
+	"github.com/example/function-database/internal/wire/wiretest"
 )
 
 // allBuilt composes every kind of resource once (backups and a restore on).
@@ -140,7 +139,7 @@ func TestMarshalStructCanonical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := decodeCanonical(t, b)
+			s := wiretest.DecodeCanonical(t, b)
 
 			// As a composed resource it decodes to a Resource carrying
 			// that Struct and the readiness.
@@ -161,22 +160,4 @@ func TestMarshalStructCanonical(t *testing.T) {
 			}
 		})
 	}
-}
-
-// decodeCanonical decodes a Struct's wire form, failing t unless the bytes
-// are what protobuf's deterministic marshal gives for it.
-func decodeCanonical(t *testing.T, b []byte) *structpb.Struct {
-	t.Helper()
-	s := &structpb.Struct{}
-	if err := proto.Unmarshal(b, s); err != nil {
-		t.Fatal(err)
-	}
-	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, b) {
-		t.Errorf("not the canonical encoding: %d bytes, canonical %d", len(b), len(want))
-	}
-	return s
 }

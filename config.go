@@ -17,11 +17,6 @@ import (
 )
 
 const (
-	inputAPIVersion = "database.fn.example.com/v1beta1"
-	inputKind       = "Input"
-
-	defaultImage         = "postgres"
-	defaultClusterDomain = "cluster.local"
 	defaultFailoverGrace = 10
 	maxFailoverGrace     = 3600
 )

@@ -15,10 +15,6 @@ import (
 	"github.com/example/function-database/scripts"
 )
 
-// keyPostgresqlConf is the tier's settings file in the scripts ConfigMap; the
-// entrypoint includes it after its own replication settings.
-const keyPostgresqlConf = "postgresql.conf"
-
 // scriptFiles are the embedded scripts, read once: they are constant, and so
 // is the digest of those the instances run.
 var (

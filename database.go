@@ -47,9 +47,6 @@ const (
 	// maxRestoreAttempt bounds spec.restoreFrom.attempt (the XRDs say the
 	// same): a counter raised by hand never gets near it.
 	maxRestoreAttempt = 1000
-
-	labelClaimName      = "crossplane.io/claim-name"
-	labelClaimNamespace = "crossplane.io/claim-namespace"
 )
 
 var (

@@ -41,33 +41,6 @@ import (
 //     so a lost status write only repeats the recording.
 //   - the Job ended and is recorded → drop it.
 const (
-	// suffixFailover names the Job N-failover. Not a reserved suffix (names
-	// .go): a Job collides with no other Database's composed names (its
-	// pods are named by the Job controller, with a random suffix), and
-	// reserving it would reject Databases that exist under such a name.
-	suffixFailover = "-failover"
-
-	containerFailover = "failover"
-	componentFailover = "failover"
-
-	// keyPrimary and keyInstances in the scripts ConfigMap: the ordinal the
-	// function made the primary, and the number of instances (the peers a
-	// script asks). Not in the config hash: changing them restarts no pod.
-	keyPrimary   = "primary"
-	keyInstances = "instances"
-
-	// Required resources: the instance pods (their readiness), and the pods
-	// of the failover Job (its outcome).
-	requirementInstances    = "instances"
-	requirementFailoverPods = "failover-pods"
-	labelJobControllerUID   = "batch.kubernetes.io/controller-uid"
-
-	annotationFailoverFrom  = "database.example.com/failover-from"
-	annotationFailoverCount = "database.example.com/failover-count"
-	// annotationFailoverTarget marks a planned switchover's Job and names
-	// the ordinal it promotes.
-	annotationFailoverTarget = "database.example.com/switchover-to"
-
 	condFailover = "Failover"
 
 	reasonPrimaryLost      = "PrimaryLost"

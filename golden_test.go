@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/internal/wire"
 )
 
 // example is an example XR with the Composition that renders it.
@@ -222,4 +225,37 @@ func resourcesYAML(rs map[string]*fnv1.Resource) string {
 		return err.Error()
 	}
 	return string(y)
+}
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// responseYAML renders a request or response as YAML with sorted keys, for
+// golden files (wire.YAML, the debug decoder).
+func responseYAML(t testing.TB, rsp proto.Message) []byte {
+	t.Helper()
+	y, err := wire.YAML(rsp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("cannot read golden file (run go test -update): %v", err)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs from the golden file; run `go test -run %s -update` and review the diff:\n%s", path, t.Name(), lineDiff(string(want), string(got)))
+	}
 }

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/crossplane/function-sdk-go/logging"
@@ -333,3 +339,89 @@ func desiredOf(rsp *fnv1.RunFunctionResponse) map[string]*fnv1.Resource {
 	}
 	return out
 }
+
+func testDB() *database {
+	return &database{Name: "orders", Namespace: "shop", SQLName: "orders", ClusterDomain: "cluster.local", AllowedNamespaces: []string{"monitoring"}}
+}
+
+var wantLabels = map[string]string{
+	"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders",
+	"app.kubernetes.io/component": "database", "app.kubernetes.io/managed-by": "function-database",
+}
+
+// decodeInto decodes a desired or observed resource into its typed kind.
+func decodeInto[T any](t testing.TB, s *structpb.Struct) *T {
+	t.Helper()
+	if s == nil {
+		t.Fatalf("resource missing")
+	}
+	b, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(out); err != nil {
+		t.Fatalf("cannot decode %T strictly: %v", out, err)
+	}
+	return out
+}
+
+func encodeObserved(t testing.TB, obj runtime.Object) *fnv1.Resource {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := structpb.NewStruct(normalise(m).(map[string]any)) //nolint:forcetypeassert // maps stay maps
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fnv1.Resource{Resource: s}
+}
+
+// runningRequest is the medium example (or xr) running: composed, observed,
+// ready. mutate edits the spec of the XR before the call.
+func runningRequest(t *testing.T, xr string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := xrRequest(yamlStruct(t, xr), nil)
+	req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+	return req
+}
+
+func setSpec(t *testing.T, req *fnv1.RunFunctionRequest, spec string) {
+	t.Helper()
+	setSpecOf(t, req.Observed.Composite.Resource, spec)
+}
+
+func setSpecOf(t *testing.T, xr *structpb.Struct, spec string) {
+	t.Helper()
+	xr.Fields["spec"] = structpb.NewStructValue(yamlStruct(t, spec))
+}
+
+func desiredSTS(t *testing.T, rsp *fnv1.RunFunctionResponse) *appsv1.StatefulSet {
+	t.Helper()
+	return decodeInto[appsv1.StatefulSet](t, rsp.GetDesired().GetResources()["statefulset"].GetResource())
+}
+
+func conditionOf(rsp *fnv1.RunFunctionResponse, typ string) *fnv1.Condition {
+	for _, c := range rsp.GetConditions() {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
+}
+
+func at(t *testing.T, s string) *metav1.Time {
+	t.Helper()
+	tm, err := time3339(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+// lineDiff shows a readable diff of two texts.
+func lineDiff(want, got string) string { return cmp.Diff(want, got) }

@@ -31,9 +31,18 @@ func validateRepository(p *field.Path, repo string) field.ErrorList {
 	return nil
 }
 
-// tagVersion is the PostgreSQL version a tag starts with: "15.8-bookworm"
-// gives 15 and 8; a tag such as "latest" gives nothing.
-var tagVersion = regexp.MustCompile(`^([0-9]+)(?:\.([0-9]+))?`)
+// tagVersionPattern is the PostgreSQL version a tag starts with.
+var tagVersionPattern = regexp.MustCompile(`^([0-9]+)(?:\.([0-9]+))?`)
+
+// tagVersion is the PostgreSQL version a tag starts with, and its major's
+// digits: "15.8-bookworm" gives "15.8" and "15"; a tag such as "latest"
+// gives "" and "". Every version read from an image's tag is read here.
+func tagVersion(tag string) (version, major string) {
+	if m := tagVersionPattern.FindStringSubmatch(tag); m != nil {
+		return m[0], m[1]
+	}
+	return "", ""
+}
 
 // resolveImages validates the input's images: every key a version
 // spec.version could hold, every value a whole reference pinning a tag or a
@@ -70,9 +79,9 @@ func resolveImages(p *field.Path, in map[string]string) (map[string]string, fiel
 			continue
 		}
 		if hasTag {
-			if m := tagVersion.FindStringSubmatch(tagged.Tag()); m != nil {
-				if major, _ := strconv.Atoi(m[1]); major != v.Major {
-					errs = append(errs, field.Invalid(kp, ref, fmt.Sprintf("the tag %q is PostgreSQL %s, not %d", tagged.Tag(), m[1], v.Major)))
+			if version, major := tagVersion(tagged.Tag()); version != "" {
+				if n, _ := strconv.Atoi(major); n != v.Major {
+					errs = append(errs, field.Invalid(kp, ref, fmt.Sprintf("the tag %q is PostgreSQL %s, not %d", tagged.Tag(), major, v.Major)))
 					continue
 				}
 			}
@@ -100,22 +109,23 @@ func imageFor(repo string, images map[string]string, v pgVersion) string {
 	return repo + ":" + v.Tag
 }
 
-// imageVersion is the PostgreSQL version an image reference runs, for
-// status.version and the running major: the version its tag starts with,
-// or "" for a reference without one (a digest alone).
-func imageVersion(img string) string {
+// imageVersion is the PostgreSQL version an image reference runs, and its
+// major's digits (tagVersion), for status.version and the running major:
+// the version its tag starts with, or "" for a reference without one (a
+// digest alone).
+func imageVersion(img string) (version, major string) {
 	named, err := reference.ParseNormalizedNamed(img)
 	if err != nil {
 		// Not ours (someone edited the StatefulSet): the text after the
 		// last ':' of the last path segment, as before.
 		last := img[strings.LastIndex(img, "/")+1:]
 		if i := strings.LastIndex(last, ":"); i >= 0 {
-			return tagVersion.FindString(last[i+1:])
+			return tagVersion(last[i+1:])
 		}
-		return ""
+		return "", ""
 	}
 	if t, ok := named.(reference.Tagged); ok {
-		return tagVersion.FindString(t.Tag())
+		return tagVersion(t.Tag())
 	}
-	return ""
+	return "", ""
 }

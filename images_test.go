@@ -132,7 +132,7 @@ func TestImageVersion(t *testing.T) {
 		"registry.example.com:5000/Not_Valid/pg:16.1": "16.1",
 	}
 	for img, want := range cases {
-		if got := imageVersion(img); got != want {
+		if got, _ := imageVersion(img); got != want {
 			t.Errorf("imageVersion(%q) = %q, want %q", img, got, want)
 		}
 	}

@@ -1,24 +1,5 @@
 package main
 
-// Recommended Kubernetes labels. The selector uses only name and instance,
-// which never change for a Database; component and version may.
-const (
-	labelName      = "app.kubernetes.io/name"
-	labelInstance  = "app.kubernetes.io/instance"
-	labelComponent = "app.kubernetes.io/component"
-	labelManagedBy = "app.kubernetes.io/managed-by"
-	labelPodName   = "statefulset.kubernetes.io/pod-name"
-
-	appName   = "postgresql"
-	managedBy = "function-database"
-
-	componentDatabase = "database"
-	componentBackup   = "backup"
-	componentRestore  = "restore"
-	componentConfig   = "config"
-	componentNetwork  = "network"
-)
-
 // selectorLabels select the PostgreSQL instances of one Database.
 func selectorLabels(db *database) map[string]string {
 	return map[string]string{labelName: appName, labelInstance: db.Name}

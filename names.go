@@ -46,6 +46,168 @@ const (
 // a composed kind changes.
 var reservedSuffixes = []string{suffixCredentials, suffixSuperuser, suffixScripts, suffixRead, suffixHeadless, suffixBackup, suffixRestore}
 
+// suffixFailover names the Job N-failover. Not a reserved suffix: a Job
+// collides with no other Database's composed names (its pods are named by
+// the Job controller, with a random suffix), and reserving it would reject
+// Databases that exist under such a name.
+const suffixFailover = "-failover"
+
+// Recommended Kubernetes labels. The selector uses only name and instance,
+// which never change for a Database; component and version may.
+const (
+	labelName      = "app.kubernetes.io/name"
+	labelInstance  = "app.kubernetes.io/instance"
+	labelComponent = "app.kubernetes.io/component"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	labelPodName   = "statefulset.kubernetes.io/pod-name"
+
+	appName   = "postgresql"
+	managedBy = "function-database"
+
+	componentDatabase = "database"
+	componentBackup   = "backup"
+	componentRestore  = "restore"
+	componentConfig   = "config"
+	componentNetwork  = "network"
+	componentFailover = "failover"
+)
+
+// Labels others set, which the function reads or selects by.
+const (
+	// labelNamespaceName is set by the API server on every namespace.
+	labelNamespaceName = "kubernetes.io/metadata.name"
+	// labelJobControllerUID is set by the Job controller on a Job's pods.
+	labelJobControllerUID = "batch.kubernetes.io/controller-uid"
+
+	labelClaimName      = "crossplane.io/claim-name"
+	labelClaimNamespace = "crossplane.io/claim-namespace"
+)
+
+// Annotations the function writes and reads back.
+const (
+	annotationSQLNames = "database.example.com/sql-identifiers"
+
+	// annotationMajor records the PostgreSQL major on the StatefulSet, so the
+	// running major is read back without parsing image references.
+	annotationMajor = "database.example.com/postgres-major"
+
+	// annotationConfigHash on the pod template rolls the pods when what
+	// they only pick up at start changes: the scripts the instances run and
+	// postmaster-context settings (configHash); reloadable settings are
+	// reloaded by the sidecar instead.
+	annotationConfigHash = "database.example.com/config-hash"
+
+	// annotationRestoreHash on the restore Job: a hash of the Job as
+	// composed, with the run's parameters.
+	annotationRestoreHash = "database.example.com/restore-hash"
+	// annotationRestoreAttempt on the restore Job: the
+	// spec.restoreFrom.attempt it runs.
+	annotationRestoreAttempt = "database.example.com/restore-attempt"
+
+	annotationFailoverFrom  = "database.example.com/failover-from"
+	annotationFailoverCount = "database.example.com/failover-count"
+	// annotationFailoverTarget marks a planned switchover's Job and names
+	// the ordinal it promotes.
+	annotationFailoverTarget = "database.example.com/switchover-to"
+)
+
+// Secret keys. The app Secret follows the keys app frameworks expect
+// (host, port, dbname, username, password, uri); the admin Secret is
+// mounted only by the database pods and the backup and restore jobs.
+const (
+	keyUsername            = "username"
+	keyPassword            = "password"
+	keyDBName              = "dbname"
+	keyHost                = "host"
+	keyPort                = "port"
+	keyURI                 = "uri"
+	keyJDBCURI             = "jdbc-uri"
+	keyPgpass              = "pgpass"
+	keyReplicationUsername = "replication-username"
+	keyReplicationPassword = "replication-password"
+	// keyAppPasswordCopy in the superuser Secret keeps a copy of the app
+	// password, read back when the credentials Secret is gone: a regenerated
+	// app password would lock out every app that read the old one at start.
+	// The opposite copy does not exist: the superuser password in the
+	// Secret apps mount would hand them the superuser.
+	keyAppPasswordCopy = "app-password"
+)
+
+// Keys of the scripts ConfigMap besides the scripts.
+const (
+	// keyPostgresqlConf is the tier's settings file in the scripts ConfigMap; the
+	// entrypoint includes it after its own replication settings.
+	keyPostgresqlConf = "postgresql.conf"
+	// keyInitialized in the scripts ConfigMap tells an ordinal-0 pod that
+	// finds an empty data directory that the database existed: it must not
+	// initdb a new, empty primary.
+	keyInitialized = "initialized"
+	// keyPrimary and keyInstances in the scripts ConfigMap: the ordinal the
+	// function made the primary, and the number of instances (the peers a
+	// script asks). Not in the config hash: changing them restarts no pod.
+	keyPrimary   = "primary"
+	keyInstances = "instances"
+)
+
+// Required-resources keys: Crossplane calls again with what each selects.
+const (
+	// requirementRestoreSource is the required-resources key of the source
+	// Database.
+	requirementRestoreSource = "restore-source"
+	// The instance pods (their readiness), and the pods of the failover Job
+	// (its outcome).
+	requirementInstances    = "instances"
+	requirementFailoverPods = "failover-pods"
+)
+
+// PostgreSQL roles and port.
+const (
+	superuser       = "postgres"
+	replicationUser = "replicator"
+
+	postgresPort = 5432
+	portName     = "postgresql"
+)
+
+// Container, volume and path names shared by the pods and the scripts (see
+// the scripts package for the environment contract).
+const (
+	containerPostgres     = "postgres"
+	containerPasswordSync = "password-sync"
+	containerBackup       = "backup"
+	containerRestore      = "restore"
+	containerFailover     = "failover"
+
+	volData    = "data"
+	volBackups = "backups"
+	volScripts = "scripts"
+	volApp     = "app-secret"
+	volAdmin   = "superuser-secret"
+	volRun     = "run"
+	volTmp     = "tmp"
+	volShm     = "shm"
+	volRestore = "restore"
+	dataDir    = "/var/lib/postgresql/data"
+	pgData     = dataDir + "/pgdata"
+	socketDir  = "/var/run/postgresql"
+	scriptsDir = "/opt/database/scripts"
+	appDir     = "/etc/database/app"
+	adminDir   = "/etc/database/superuser"
+	backupsDir = "/backups"
+	restoreDir = "/restore"
+	tmpDir     = "/tmp"
+	shmDir     = "/dev/shm"
+)
+
+// The function input's kind, and the defaults of its names.
+const (
+	inputAPIVersion = "database.fn.example.com/v1beta1"
+	inputKind       = "Input"
+
+	defaultImage         = "postgres"
+	defaultClusterDomain = "cluster.local"
+)
+
 // Kubernetes names, all derived from N so that the pieces can name each
 // other without lookups: the StatefulSet's serviceName is N-hl, standbys
 // clone from N-0.N-hl, the backup Job mounts the PVC backups-N-0.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,14 +17,6 @@ const (
 	reasonStorageClass       = "StorageClassImmutable"
 	reasonBackupStorage      = "BackupStorageImmutable"
 	reasonRestoreAfterCreate = "RestoreOnlyAtCreation"
-
-	// annotationMajor records the PostgreSQL major on the StatefulSet, so the
-	// running major is read back without parsing image references.
-	annotationMajor = "database.example.com/postgres-major"
-	// keyInitialized in the scripts ConfigMap tells an ordinal-0 pod that
-	// finds an empty data directory that the database existed: it must not
-	// initdb a new, empty primary.
-	keyInitialized = "initialized"
 )
 
 // blocked is a spec change the function did not apply, and why.
@@ -159,7 +150,8 @@ func runningMajor(sts *appsv1.StatefulSet) (int, string, bool) {
 		return m, img, true
 	}
 	// Without the annotation, fall back to the image tag's major.
-	if m, err := strconv.Atoi(strings.SplitN(imageVersion(img), ".", 2)[0]); err == nil {
+	_, major := imageVersion(img)
+	if m, err := strconv.Atoi(major); err == nil {
 		return m, img, true
 	}
 	return 0, "", false

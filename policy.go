@@ -9,9 +9,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// labelNamespaceName is set by the API server on every namespace.
-const labelNamespaceName = "kubernetes.io/metadata.name"
-
 // podDisruptionBudget lets a drain take one instance at a time, so a
 // replicated Database keeps serving through node maintenance.
 func podDisruptionBudget(db *database) *policyv1.PodDisruptionBudget {

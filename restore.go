@@ -66,17 +66,6 @@ import (
 //     and restoring from it is the way back. Restored=False
 //     RestoreSourceMissing says so until the Job's pod runs.
 const (
-	// annotationRestoreHash on the restore Job: a hash of the Job as
-	// composed, with the run's parameters.
-	annotationRestoreHash = "database.example.com/restore-hash"
-	// annotationRestoreAttempt on the restore Job: the
-	// spec.restoreFrom.attempt it runs.
-	annotationRestoreAttempt = "database.example.com/restore-attempt"
-
-	// requirementRestoreSource is the required-resources key of the source
-	// Database.
-	requirementRestoreSource = "restore-source"
-
 	// restoreDeadline bounds a restore Job, its retries and its time
 	// pending included: a restore rebuilds every index and constraint, so it
 	// takes longer than the dump (bounded at backupDeadline); a Job pending

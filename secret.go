@@ -11,37 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Secret keys. The app Secret follows the keys app frameworks expect
-// (host, port, dbname, username, password, uri); the admin Secret is
-// mounted only by the database pods and the backup and restore jobs.
-const (
-	keyUsername            = "username"
-	keyPassword            = "password"
-	keyDBName              = "dbname"
-	keyHost                = "host"
-	keyPort                = "port"
-	keyURI                 = "uri"
-	keyJDBCURI             = "jdbc-uri"
-	keyPgpass              = "pgpass"
-	keyReplicationUsername = "replication-username"
-	keyReplicationPassword = "replication-password"
-	// keyAppPasswordCopy in the superuser Secret keeps a copy of the app
-	// password, read back when the credentials Secret is gone: a regenerated
-	// app password would lock out every app that read the old one at start.
-	// The opposite copy does not exist: the superuser password in the
-	// Secret apps mount would hand them the superuser.
-	keyAppPasswordCopy = "app-password"
-
-	superuser       = "postgres"
-	replicationUser = "replicator"
-
-	postgresPort = 5432
-
-	passwordLength = 32
-
-	annotationSQLNames = "database.example.com/sql-identifiers"
-)
-
 // passwords are the credentials of a Database. Each is read back from the
 // observed Secret when it exists and generated only when it does not, so a
 // password is never regenerated under a running database.
@@ -62,6 +31,8 @@ type passwords struct {
 // passwordAlphabet avoids characters that need escaping in URIs, pgpass
 // files and shell, so that every connection string is plain.
 const passwordAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+const passwordLength = 32
 
 // newPassword draws a password from crypto/rand: 32 characters of a
 // 62-letter alphabet is 190 bits.

@@ -12,42 +12,11 @@ import (
 	"github.com/example/function-database/scripts"
 )
 
-// Container, volume and path names shared by the pods and the scripts (see
-// the scripts package for the environment contract).
+// The size of the pods' shared memory volume, and the mode of the mounted
+// Secrets (names.go holds the volumes' names and paths).
 const (
-	containerPostgres     = "postgres"
-	containerPasswordSync = "password-sync"
-	containerBackup       = "backup"
-	containerRestore      = "restore"
-
-	volData     = "data"
-	volBackups  = "backups"
-	volScripts  = "scripts"
-	volApp      = "app-secret"
-	volAdmin    = "superuser-secret"
-	volRun      = "run"
-	volTmp      = "tmp"
-	volShm      = "shm"
-	volRestore  = "restore"
-	portName    = "postgresql"
-	dataDir     = "/var/lib/postgresql/data"
-	pgData      = dataDir + "/pgdata"
-	socketDir   = "/var/run/postgresql"
-	scriptsDir  = "/opt/database/scripts"
-	appDir      = "/etc/database/app"
-	adminDir    = "/etc/database/superuser"
-	backupsDir  = "/backups"
-	restoreDir  = "/restore"
-	tmpDir      = "/tmp"
-	shmDir      = "/dev/shm"
 	shmSize     = "256Mi"
 	secretsMode = 0o440
-
-	// annotationConfigHash on the pod template rolls the pods when what
-	// they only pick up at start changes: the scripts the instances run and
-	// postmaster-context settings (configHash); reloadable settings are
-	// reloaded by the sidecar instead.
-	annotationConfigHash = "database.example.com/config-hash"
 )
 
 func image(db *database) string { return imageFor(db.Image, db.Images, db.Version) }

@@ -85,7 +85,7 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 		if major, img, ok := runningMajor(sts); ok {
 			// The version the running image's tag names; the major for an
 			// image pinned by digest alone.
-			if s.Version = imageVersion(img); s.Version == "" {
+			if s.Version, _ = imageVersion(img); s.Version == "" {
 				s.Version = strconv.Itoa(major)
 			}
 		}

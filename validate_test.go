@@ -126,31 +126,3 @@ func assertFatal(t *testing.T, reason string, rsp *fnv1.RunFunctionResponse, wan
 		t.Errorf("%s: a Fatal response carries %d desired resources, want none", reason, n)
 	}
 }
-
-// TestBadInputKeepsEarlierSteps: a Fatal result still passes through the
-// desired state of earlier pipeline steps untouched (Crossplane discards the
-// response anyway, but a function never drops what it did not make).
-func TestBadInputKeepsEarlierSteps(t *testing.T) {
-	other := &fnv1.Resource{Resource: yamlStruct(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}")}
-	req := &fnv1.RunFunctionRequest{
-		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: yamlStruct(t, "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: orders, namespace: shop}\nspec: {version: \"12\", size: small}")}},
-		Desired:  &fnv1.State{Resources: map[string]*fnv1.Resource{"other": other}},
-	}
-	rsp := runTest(t, req)
-	if rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
-		t.Fatalf("want Fatal, got %v", rsp.GetResults())
-	}
-	if _, ok := rsp.GetDesired().GetResources()["other"]; !ok {
-		t.Errorf("the desired resource of an earlier step was dropped")
-	}
-}
-
-// TestObservedUndecodable: an observed StatefulSet that does not decode is a
-// Fatal: composing without knowing the running state could change volumes.
-func TestObservedUndecodable(t *testing.T) {
-	req := xrRequest(yamlStruct(t, validXR), nil)
-	req.Observed.Resources = map[string]*fnv1.Resource{
-		"statefulset": {Resource: yamlStruct(t, "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: orders}\nspec: {replicas: many}")},
-	}
-	assertFatal(t, "undecodable observed StatefulSet", runTest(t, req), `observed composed resource "statefulset"`)
-}

@@ -1,33 +1,14 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
-)
 
-// decodeCanonical decodes a Struct's wire form, failing t unless the bytes
-// are what protobuf's deterministic marshal gives for it.
-func decodeCanonical(t *testing.T, b []byte) *structpb.Struct {
-	t.Helper()
-	s := &structpb.Struct{}
-	if err := proto.Unmarshal(b, s); err != nil {
-		t.Fatal(err)
-	}
-	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, b) {
-		t.Errorf("not the canonical encoding: %d bytes, canonical %d", len(b), len(want))
-	}
-	return s
-}
+	"github.com/example/function-database/internal/wire/wiretest"
+)
 
 // TestMarshalStructCases pins the JSON rules the encoder follows on small
 // types, the length encodings (1, 2 and 3 byte lengths), and its errors.
@@ -129,7 +110,7 @@ func TestMarshalStructCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := decodeCanonical(t, b)
+			s := wiretest.DecodeCanonical(t, b)
 			// Compare with encoding/json's form of the same object where
 			// the case states none.
 			want := tc.want

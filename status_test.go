@@ -1,0 +1,58 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// TestStatusNotAlarming: states that are fine must not look like failures:
+// a restore running on ready instances is Provisioning (it was Degraded), and
+// backups turned off on purpose are not BackupHealthy=False.
+func TestStatusNotAlarming(t *testing.T) {
+	const restoring = `{version: "16", size: small, restoreFrom: {database: orders-old}}`
+	type got struct {
+		Phase         string
+		BackupHealthy *fnv1.Condition
+	}
+	backupOff := &fnv1.Condition{Type: condBackupHealthy, Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "BackupDisabled",
+		Message: ptr.To("no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"), Target: fnv1.Target_TARGET_COMPOSITE_AND_CLAIM.Enum()}
+	cases := map[string]struct {
+		reason string
+		spec   string
+		job    *batchv1.JobStatus // the restore Job's observed status
+		want   got
+	}{
+		"RestoreRunning":  {"a restore running on a ready StatefulSet", restoring, &batchv1.JobStatus{Active: 1}, got{phaseProvisioning, backupOff}},
+		"RestoreDone":     {"a completed restore", restoring, &batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}, got{phaseRunning, backupOff}},
+		"RestoreFailed":   {"a failed restore", restoring, &batchv1.JobStatus{Failed: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}, got{phaseFailed, backupOff}},
+		"BackupsOff":      {"backups off on purpose: not applicable, not failing", `{version: "16", size: medium}`, nil, got{phaseRunning, backupOff}},
+		"BackupsOffFalse": {"backups off, explicitly", `{version: "16", size: medium, backup: {enabled: false}}`, nil, got{phaseRunning, backupOff}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := xrRequest(yamlStruct(t, validXR), nil)
+			setSpec(t, req, tc.spec)
+			req.Observed.Resources = observedFrom(t, runTest(t, req), true)
+			if tc.job != nil {
+				job := decodeInto[batchv1.Job](t, req.Observed.Resources[string(rnRestore)].GetResource())
+				job.Status = *tc.job
+				req.Observed.Resources[string(rnRestore)] = encodeObserved(t, job)
+			}
+			rsp := runTest(t, req)
+			g := got{
+				Phase:         rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["phase"].GetStringValue(),
+				BackupHealthy: conditionOf(rsp, condBackupHealthy),
+			}
+			if d := cmp.Diff(tc.want, g, protocmp.Transform()); d != "" {
+				t.Errorf("%s: (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
