@@ -535,6 +535,7 @@ func TestRealNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		sec.Data["password"] = []byte(nw)
+		logStart := fileSize(s.xp.core.log)
 		if _, err := s.k.cs.CoreV1().Secrets(ns).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -544,6 +545,15 @@ func TestRealNode(t *testing.T) {
 			}
 			return s.secretKey(t, ns, db+"-superuser", "app-password") == nw, "app-password is still the old copy"
 		})
+		// Whether a reconcile was in flight is chance; when one was, core
+		// logs the refused apply (at debug level) and requeues.
+		refused := 0
+		for _, l := range strings.Split(readFrom(s.xp.core.log, logStart), "\n") {
+			if strings.Contains(l, `cannot apply composed resource \"credentials\"`) && strings.Contains(l, "has been modified") {
+				refused++
+			}
+		}
+		t.Logf("applies of %s-credentials computed before the edit and refused by the API server: %d", db, refused)
 		try := func(pw string) error {
 			_, err := s.exec(ns, app, "bash", "-c", fmt.Sprintf(`PGPASSWORD=%q exec psql "host=%s" -X -A -t -c 'SELECT 1'`, pw, svc(db, ns)))
 			return err
