@@ -119,6 +119,7 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 	// machine at a time.
 	_ = exec.CommandContext(ctx, "pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*function-database-e2e-").Run()
 	killKubepods()
+	removePodNetns()
 	if err := n.network(ctx); err != nil {
 		return n, fmt.Errorf("pod network: %w", err)
 	}
@@ -705,6 +706,7 @@ func (n *node) stop() {
 		n.unguard()
 	}
 	_ = exec.Command("ip", "link", "del", bridgeName).Run()
+	removePodNetns()
 	// Unmount what the kubelet and containerd left mounted in our folder so
 	// the suite can delete it.
 	unmountUnder(n.dir)
@@ -721,6 +723,26 @@ func (n *node) removePods(ctx context.Context) {
 		time.Sleep(time.Second)
 		for _, id := range strings.Fields(string(out)) {
 			_ = exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "delete", "-f", id).Run()
+		}
+	}
+}
+
+// removePodNetns deletes the pods' network namespaces that no process uses
+// any more. The pods die by SIGKILL above, not through the CRI, so the CNI
+// plugin never deletes their namespaces; left behind, their addresses
+// collided with the next run's pods on the same bridge subnet.
+func removePodNetns() {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cni-") {
+			continue
+		}
+		if pids, err := exec.Command("ip", "netns", "pids", f[0]).Output(); err == nil && len(strings.TrimSpace(string(pids))) == 0 {
+			_ = exec.Command("ip", "netns", "delete", f[0]).Run()
 		}
 	}
 }
