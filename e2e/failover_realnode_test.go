@@ -82,7 +82,7 @@ func (s *suite) switchover(t *testing.T, d database, ns, db, writer string) {
 	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "Switchover" {
 		t.Errorf("status.failover.last.reason %q, want Switchover", r)
 	}
-	s.checkAfterFailover(t, d, ns, db, writer, from, to, start, time.Now(), "async (switchover)")
+	s.checkAfterFailover(t, d, ns, db, writer, from, to, start, time.Now(), "async (switchover)", rejoinRewind)
 }
 
 // loseThePrimary loses the current primary one way, and checks the failover.
@@ -152,7 +152,13 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 	if strings.HasPrefix(how, "freeze") {
 		signalPod(t, string(pod.UID), syscall.SIGCONT)
 	}
-	s.checkAfterFailover(t, d, ns, db, writer, from, to, lost, promoted, durability)
+	// A former primary with its data rewinds onto the new one; one whose
+	// volume was emptied has nothing to rewind and is cloned.
+	rejoin := rejoinRewind
+	if how == "empty" {
+		rejoin = rejoinClone
+	}
+	s.checkAfterFailover(t, d, ns, db, writer, from, to, lost, promoted, durability, rejoin)
 	if c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count"); c <= count {
 		t.Errorf("status.failover.count %d, want more than %d", c, count)
 	}
@@ -164,7 +170,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 // checkAfterFailover: writes succeed again through N after promoted, the old
 // primary streams as a standby, the XR is Ready, and no acknowledged write is
 // missing unless durability is async (then the loss is reported).
-func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writer, from, to string, lost, promoted time.Time, durability string) {
+func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writer, from, to string, lost, promoted time.Time, durability, rejoin string) {
 
 	// Writes succeed again through N.
 	eventually(t, 2*time.Minute, "writes acknowledged through "+db+" after the failover", func() (bool, string) {
@@ -178,6 +184,11 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writer, fro
 	})
 	if rec := s.superSQL(ns, from, "SELECT pg_is_in_recovery()"); rec != "t" {
 		t.Errorf("the old primary %s is not a standby: pg_is_in_recovery() = %q", from, rec)
+	}
+	if got := s.rejoinedBy(ns, from); got != rejoin {
+		t.Errorf("the old primary %s rejoined by %q, want %q", from, got, rejoin)
+	} else {
+		t.Logf("the old primary %s rejoined by %s", from, got)
 	}
 	u := s.waitRealReady(t, d)
 	if last := str(u, "status", "failover", "last", "to"); last != to {
@@ -216,6 +227,32 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writer, fro
 	if durability != "async" && len(missing) > 0 {
 		t.Errorf("%d acknowledged writes lost: %v", len(missing), missing[:min(len(missing), 20)])
 	}
+}
+
+// How a former primary rejoins (entrypoint.sh's log says which).
+const (
+	rejoinRewind = "pg_rewind"
+	rejoinClone  = "clone"
+)
+
+// rejoinedBy reads how pod's postgres container last became a standby of
+// the new primary, in its current log or, restarted since, its previous one.
+func (s *suite) rejoinedBy(ns, pod string) string {
+	for _, previous := range []bool{false, true} {
+		b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+		if err != nil {
+			continue
+		}
+		log := string(b)
+		r, c := strings.LastIndex(log, "rewound onto the primary"), strings.LastIndex(log, "clone completed")
+		switch {
+		case r >= 0 && r > c:
+			return rejoinRewind
+		case c >= 0:
+			return rejoinClone
+		}
+	}
+	return "(neither in its logs)"
 }
 
 // knownLost are acknowledged writes an asynchronous failover lost.

@@ -40,6 +40,8 @@ require_int RETRY_INTERVAL 1
 
 BOOTSTRAP_MARKER="$PGDATA/database.bootstrapped"
 CLONE_MARKER="$PGDATA/database.cloned"
+# Beside PGDATA, not in it: pg_rewind removes the files its source lacks.
+REWIND_MARKER="${PGDATA%/}.rewinding"
 
 ordinal=$(pod_ordinal)
 superuser=''
@@ -154,6 +156,8 @@ write_config() {
 		echo "# An abandoned slot (e.g. a standby scaled away) must not fill the primary's disk."
 		echo "max_slot_wal_keep_size = '2GB'"
 		echo "hot_standby = on"
+		echo "# pg_rewind needs it: a former primary rejoins by copying what changed since the fork."
+		echo "wal_log_hints = on"
 		echo "# Tier settings from the function, last so that they win."
 		echo "include_if_exists = $(conf_quote "$SCRIPTS_DIR/postgresql.conf")"
 		echo "# Standbys only: floors for the settings a standby must not set lower than its"
@@ -310,6 +314,10 @@ primary() {
 		initialized=$(<"$SCRIPTS_DIR/initialized")
 		initialized=${initialized//[[:space:]]/}
 	fi
+	if [[ -f $REWIND_MARKER ]]; then
+		hold "a pg_rewind of $PGDATA did not finish ($REWIND_MARKER): this data mixes two timelines and cannot serve as the" \
+			"primary. Name another ordinal the primary (spec.primary) and this pod clones it; or restore from a backup"
+	fi
 	if dir_is_empty "$PGDATA"; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA is empty but this Database was initialised before ($SCRIPTS_DIR/initialized is true);" \
@@ -405,30 +413,95 @@ clone_once() {
 	log "clone completed in $((SECONDS - started))s (${size} MB)"
 }
 
+# rewind_once: pg_rewind PGDATA onto the primary at PRIMARY_HOST, as the
+# superuser (pg_rewind reads the source's files through functions only a
+# superuser may call by default). It copies what changed since the fork,
+# not the whole database, and throws away what this copy wrote after it
+# (never replicated), as a clone would. It fails on data written without
+# wal_log_hints (write_config sets it; older data directories lack it) or
+# when the source no longer has the WAL since the fork, and the caller
+# clones; it first runs crash recovery itself when the server was not shut
+# down cleanly (a lost primary). Half a rewind leaves a data directory no
+# one can trust: REWIND_MARKER, set for the run, sends the next start to a
+# clone (rewind_interrupted).
+rewind_once() {
+	local su passfile conninfo slot started=$SECONDS rc=0
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	passfile=$(superuser_passfile "$STATE_DIR/superuser.rewind.pgpass") || return 1
+	: >"$REWIND_MARKER"
+	sync "$REWIND_MARKER"
+	run_child pg_rewind --target-pgdata="$PGDATA" --progress \
+		--source-server="host=$(conninfo_quote "$PRIMARY_HOST") port=$PRIMARY_PORT user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=10 gssencmode=disable" >&2 || rc=$?
+	rm -f "$passfile"
+	if ((rc != 0)); then
+		log "pg_rewind failed (exit $rc)"
+		return 1
+	fi
+	# What pg_basebackup --write-recovery-conf writes for a clone: pg_rewind
+	# copied the source's postgresql.auto.conf, which names the source's slot.
+	refresh_passfile || return 1
+	conninfo=$(replication_conninfo) || return 1
+	slot=$(slot_name)
+	{
+		echo "# Written by entrypoint.sh after pg_rewind, as pg_basebackup --write-recovery-conf does for a clone."
+		echo "primary_conninfo = $(conf_quote "$conninfo")"
+		echo "primary_slot_name = $(conf_quote "$slot")"
+	} >"$PGDATA/postgresql.auto.conf"
+	# The failover Job made this ordinal's slot at the promotion; make sure.
+	pg_receivewal --create-slot --if-not-exists --slot="$slot" --dbname="$conninfo" --no-password >&2 || {
+		log "could not create replication slot $slot on the primary"
+		return 1
+	}
+	rm -f "$BOOTSTRAP_MARKER" "$PGDATA/database.reclone"
+	: >"$PGDATA/standby.signal"
+	date -u +%Y-%m-%dT%H:%M:%SZ >"$CLONE_MARKER"
+	sync "$PGDATA"
+	rm -f "$REWIND_MARKER"
+	log "rewound onto the primary in $((SECONDS - started))s: streaming from it as a standby"
+}
+
+# rewind_interrupted: a pg_rewind of PGDATA did not finish (the pod died in
+# it): the data directory mixes two timelines; it is cloned again.
+rewind_interrupted() {
+	[[ -f $REWIND_MARKER ]] || return 1
+	log "a pg_rewind of $PGDATA did not finish: discarding this copy and cloning the primary"
+	printf '%s pg_rewind did not finish\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$PGDATA/database.reclone"
+	rm -f "$CLONE_MARKER" "$BOOTSTRAP_MARKER" "$PGDATA/standby.signal"
+	sync "$PGDATA"
+	rm -f "$REWIND_MARKER"
+}
+
 # rejoin_former_primary: this data directory was a primary (no
 # standby.signal) and the function named another ordinal the primary. Its
 # WAL may hold writes that never reached the new primary (asynchronous
-# replication), so it cannot simply follow: it is cloned again. Only once a
-# primary answers at PRIMARY_HOST on a timeline newer than this data's: if
-# none does, this may be the newest copy there is (the ConfigMap may be
-# stale in the other direction), and it is kept and the pod holds.
+# replication), so it cannot simply follow: it is rewound onto the new
+# primary (rewind_once), or else cloned again. Only once a primary answers
+# at PRIMARY_HOST on a timeline newer than this data's: if none does, this
+# may be the newest copy there is (the ConfigMap may be stale in the other
+# direction), and it is kept and the pod holds.
 rejoin_former_primary() {
-	local mine row
+	local mine row theirs
 	mine=$(data_timeline)
 	row=$(remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "$SQL_ROLE") || row=''
 	if [[ ! $row =~ ^t\|([0-9]+)$ ]] || ((BASH_REMATCH[1] <= mine)); then
 		wait_and_retry "ordinal $ordinal is named a standby, but $PGDATA was a primary (timeline $mine) and no primary on a newer timeline" \
 			"answers at $PRIMARY_HOST:$PRIMARY_PORT (answer '${row:-none}'); keeping this data until one does"
 	fi
-	log "$PGDATA was a primary on timeline $mine; the primary at $PRIMARY_HOST is on timeline ${BASH_REMATCH[1]}:" \
-		"discarding this copy (writes after the failover point were not replicated) and cloning the new primary"
-	printf '%s former primary on timeline %s; the primary is on timeline %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" "${BASH_REMATCH[1]}" >"$PGDATA/database.reclone"
+	theirs=${BASH_REMATCH[1]}
+	set_state cloning
+	log "$PGDATA was a primary on timeline $mine; the primary at $PRIMARY_HOST is on timeline $theirs:" \
+		"rewinding this copy onto it (writes after the failover point were not replicated and are discarded)"
+	rewind_once && return 0
+	log "discarding this copy and cloning the new primary"
+	printf '%s former primary on timeline %s; the primary is on timeline %s; pg_rewind failed\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$mine" "$theirs" >"$PGDATA/database.reclone"
 	rm -f "$CLONE_MARKER" "$BOOTSTRAP_MARKER"
 	sync "$PGDATA"
+	rm -f "$REWIND_MARKER"
 }
 
 standby() {
 	require_env PRIMARY_HOST
+	rewind_interrupted || true
 	if [[ -f $PGDATA/PG_VERSION && ! -f $PGDATA/standby.signal && (-f $CLONE_MARKER || -f $BOOTSTRAP_MARKER) ]]; then
 		rejoin_former_primary
 	fi
