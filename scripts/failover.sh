@@ -10,10 +10,10 @@
 #   2. Every other instance is asked for its timeline and the WAL it has
 #      received. One that already answers as a primary was promoted by an
 #      earlier run whose result was not recorded: it is the answer again.
-#      Otherwise the most advanced standby (newest timeline, then highest
-#      received LSN, then lowest ordinal, so the choice is deterministic) is
+#      Otherwise the most advanced standby (newest timeline, then the most
+#      WAL held, then lowest ordinal, so the choice is deterministic) is
 #      chosen; with synchronous replication it holds every committed write.
-#   3. The chosen standby replays what it received, is asked once more that
+#   3. The chosen standby's replay settles, it is asked once more that
 #      the primary is still silent, and is promoted (pg_promote). Replication
 #      slots for every other instance are created on it, so that standbys
 #      following it, and the old primary cloning it, find theirs.
@@ -195,37 +195,73 @@ while :; do
 done
 log "primary ordinal $from did not answer as a primary for ${GRACE_SECONDS}s (last: $primary_state): choosing a standby"
 
+# standby_position K: "recovery|timeline|replayed|received" of ordinal K
+# ("f" first when it is no standby); fails when it does not answer.
+standby_position() {
+	remote_query "${hosts[$1]}" "SELECT pg_is_in_recovery(),
+		coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
+		coalesce(pg_last_wal_replay_lsn(), '0/0'),
+		coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), '0/0')"
+}
+
+# settled K REPLAYED RECEIVED: 0 once ordinal K replayed all it will: up to
+# what it received, or standing at REPLAYED for STALL_LOOKS looks in a row.
+# The second is a primary lost while it wrote a record: the standby received
+# the record's beginning, which it can never replay, so "replayed >=
+# received" never comes (seen on the real node: both standbys stood at a
+# record that went on past the last page they received, and every run of
+# the Job gave up, for minutes, until the old primary came back). Such a record was never
+# committed anywhere: a commit returns once its whole record is flushed.
+STALL_LOOKS=${STALL_LOOKS:-3}
+require_int STALL_LOOKS 2
+declare -a stood_at stood_for
+settled() {
+	local k=$1 replayed=$2 received=$3
+	if (($(lsn_int "$replayed") >= $(lsn_int "$received"))); then
+		return 0
+	fi
+	if [[ ${stood_at[k]:-} == "$replayed" ]]; then
+		stood_for[k]=$((${stood_for[k]:-1} + 1))
+	else
+		stood_at[k]=$replayed stood_for[k]=1
+	fi
+	((stood_for[k] >= STALL_LOOKS))
+}
+
 # Every standby must answer before one is chosen: one that is slow to
 # answer (a loaded node) may hold WAL the others lack, and promoting another
 # would lose its commits and leave it diverged. Only after CANDIDATE_ROUNDS
 # rounds (2 s apart) does the choice go ahead among those that answered.
+# A standby is ranked by the WAL it holds: what it replayed, or what it
+# received when that is more (a settled standby short of it holds a record
+# it cannot replay, or waits on a query that conflicts with replay).
+# Received alone is not enough: it is reset when a walreceiver restarts
+# (it then counts from the segment it streams from again), and comparing it
+# chose a standby with less WAL (seen on the real node).
 CANDIDATE_ROUNDS=${CANDIDATE_ROUNDS:-15}
 require_int CANDIDATE_ROUNDS 1
 for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
 	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0
 	for ((k = 0; k < INSTANCES; k++)); do
 		((k != from)) || continue
-		# The replayed position, once replay caught up with what was
-		# received: the received one is reset when a walreceiver restarts
-		# (it then counts from the segment it streams from again), so
-		# comparing it chose a standby with less WAL (seen on the real node).
-		row=$(remote_query "${hosts[k]}" "SELECT pg_is_in_recovery(),
-				coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0), (SELECT timeline_id FROM pg_control_checkpoint())),
-				coalesce(pg_last_wal_replay_lsn(), '0/0'),
-				coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), true)") || {
+		row=$(standby_position "$k") || {
 			log "ordinal $k (${hosts[k]}) does not answer (round $round of $CANDIDATE_ROUNDS)"
 			silent=$((silent + 1))
 			continue
 		}
-		IFS='|' read -r recovery tli lsn caught_up <<<"$row"
+		IFS='|' read -r recovery tli replayed received <<<"$row"
 		[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
-		if [[ $caught_up != t ]]; then
-			log "ordinal $k is still replaying what it received (round $round of $CANDIDATE_ROUNDS)"
+		if ! settled "$k" "$replayed" "$received"; then
+			log "ordinal $k is still replaying what it received: $replayed of $received (round $round of $CANDIDATE_ROUNDS)"
 			silent=$((silent + 1))
 			continue
 		fi
-		n=$(lsn_int "$lsn")
-		log "ordinal $k: standby on timeline $tli, replayed up to $lsn"
+		lsn=$replayed n=$(lsn_int "$replayed")
+		if (($(lsn_int "$received") > n)); then
+			lsn=$received n=$(lsn_int "$received")
+			log "ordinal $k stands at $replayed, short of the $received it received: a record it cannot replay"
+		fi
+		log "ordinal $k: standby on timeline $tli, holds WAL up to $lsn"
 		if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
 			best=$k best_tli=$tli best_lsn=$n best_text=$lsn
 		fi
@@ -242,10 +278,18 @@ if ((best < 0)); then
 	exit 5
 fi
 
-log "promoting ordinal $best (timeline $best_tli, received $best_text): waiting for it to replay what it received"
+# pg_promote replays whatever complete WAL the standby holds before it ends
+# recovery; this wait only lets a standby that was judged while still
+# receiving finish first, and ends as soon as its replay settles.
+log "promoting ordinal $best (timeline $best_tli, WAL up to $best_text): waiting for its replay to settle"
+stood_at=() stood_for=()
 for ((i = 0; i < 60; i++)); do
-	row=$(remote_query "${hosts[best]}" "SELECT pg_last_wal_replay_lsn() >= coalesce(pg_last_wal_receive_lsn(), '0/0')") || row=''
-	[[ $row != t ]] || break
+	if row=$(standby_position "$best"); then
+		IFS='|' read -r recovery tli replayed received <<<"$row"
+		if [[ $recovery != t ]] || settled "$best" "$replayed" "$received"; then
+			break
+		fi
+	fi
 	sleep 1
 done
 if primary_answers; then

@@ -5,12 +5,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -494,5 +497,146 @@ func TestFailoverNoStandbyAnswers(t *testing.T) {
 	}
 	if err := containsErr(r.out, "no standby answers"); err != nil {
 		t.Errorf("%v:\n%s", err, r.out)
+	}
+}
+
+// TestFailoverTornRecord: the primary is lost while it streams a record,
+// so the standby holds the record's beginning and can never replay it:
+// its replayed position stays short of what it received. The Job must still
+// promote it (it once waited for "replayed >= received" forever, on the
+// real node). The standby streams through walCutter, which stops passing
+// the primary's bytes after a budget, as a primary that froze mid-send.
+func TestFailoverTornRecord(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	c := newCluster(t, tl, root, "torn-db")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 10)")
+	cut := newWALCutter(t, p.port)
+	s.start(t, "PRIMARY_PORT="+strconv.Itoa(cut.port))
+	s.waitReady(t, 120*time.Second)
+	c.waitReplayed(t, p, s)
+
+	// One 64 MB record (a logical message: one WAL record, not TOAST
+	// chunks), of which the standby gets 1 MB.
+	cut.after(1 << 20)
+	c.superSQL(t, p, "postgres", "SELECT pg_logical_emit_message(false, 'torn', repeat('x', 64 * 1024 * 1024))")
+	waitFor(t, 30*time.Second, "the standby holding part of the record", func() error {
+		row := c.superSQL(t, s, "postgres", "SELECT pg_last_wal_receive_lsn() - pg_last_wal_replay_lsn() > 65536")
+		if row != "t" {
+			return fmt.Errorf("received - replayed > 64 KB: %s", row)
+		}
+		return nil
+	})
+	p.kill()
+	time.Sleep(2 * time.Second)
+	if got := c.superSQL(t, s, "postgres", "SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn()"); got != "t" {
+		t.Fatalf("the scenario needs the standby short of what it received; replayed >= received: %s", got)
+	}
+
+	r := c.runFailover(t, []int{p.port, s.port}, 0, 1)
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 1.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
+		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
+	}
+	if err := containsErr(r.out, "a record it cannot replay"); err != nil {
+		t.Errorf("%v:\n%s", err, tail(r.out, 30))
+	}
+	// Every committed row is there, and the new primary takes writes.
+	c.appSQL(t, s, "INSERT INTO t VALUES (11)")
+	if got := c.appSQL(t, s, "SELECT count(*) FROM t"); got != "11" {
+		t.Errorf("rows on the promoted standby: %s, want 11", got)
+	}
+}
+
+// walCutter is a TCP proxy in front of a primary that passes the primary's
+// bytes until a budget, set by after, runs out; then it passes nothing more
+// and keeps the connection open, as a primary that froze while sending.
+type walCutter struct {
+	port int
+
+	mu     sync.Mutex
+	budget int64 // bytes left to pass; -1: no limit
+}
+
+func newWALCutter(t *testing.T, target int) *walCutter {
+	t.Helper()
+	w := &walCutter{port: freePort(t), budget: -1}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", w.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		connsMu sync.Mutex
+		conns   []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		connsMu.Lock()
+		defer connsMu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", target))
+			if err != nil {
+				down.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, down, up)
+			connsMu.Unlock()
+			go func() { _, _ = io.Copy(up, down) }()
+			go w.pass(down, up)
+		}
+	}()
+	return w
+}
+
+// after lets n more bytes of the primary's through, then none.
+func (w *walCutter) after(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.budget = n
+}
+
+// take returns how many of n bytes may pass now.
+func (w *walCutter) take(n int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.budget < 0 {
+		return n
+	}
+	m := int(min(int64(n), w.budget))
+	w.budget -= int64(m)
+	return m
+}
+
+func (w *walCutter) pass(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			m := w.take(n)
+			if m > 0 {
+				if _, werr := dst.Write(buf[:m]); werr != nil {
+					return
+				}
+			}
+			if m < n {
+				return // cut: the standby hears nothing more
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
