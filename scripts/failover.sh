@@ -210,8 +210,9 @@ standby_position() {
 # the record's beginning, which it can never replay, so "replayed >=
 # received" never comes (seen on the real node: both standbys stood at a
 # record that went on past the last page they received, and every run of
-# the Job gave up, for minutes, until the old primary came back). Such a record was never
-# committed anywhere: a commit returns once its whole record is flushed.
+# the Job gave up, for minutes, until the old primary came back). Such a
+# record was never committed anywhere: a commit returns once its whole
+# record is flushed.
 STALL_LOOKS=${STALL_LOOKS:-3}
 require_int STALL_LOOKS 2
 declare -a stood_at stood_for
