@@ -345,13 +345,24 @@ primary() {
 			wait_and_retry "ordinal $ordinal is named the primary, but $newer is a primary on a newer timeline than this data directory's;" \
 				"waiting for the function's choice to reach this pod"
 		fi
+		# Never two primaries on one timeline: a peer already writing on
+		# this data's timeline is the primary, and this pod's name for it
+		# is wrong (a ConfigMap edited by hand, or lost and defaulted).
+		if newer=$(newer_primary_peer "$(($(data_timeline) - 1))"); then
+			wait_and_retry "ordinal $ordinal is named the primary, but $newer already is a primary (this data is on timeline $(data_timeline));" \
+				"waiting for the function's choice to name it"
+		fi
 		if [[ -f $PGDATA/standby.signal ]]; then
-			# Only a failover names a standby's ordinal the primary, once the
-			# failover Job promoted it (postgres removed standby.signal); a
-			# signal found now was written by a start that read a stale
-			# ConfigMap. The data is that promoted standby's.
-			log "ordinal $ordinal is the primary the function chose; $PGDATA still has standby.signal from an earlier start: starting it as the primary"
-			rm -f "$PGDATA/standby.signal"
+			# Only a failover names a standby's ordinal the primary, and only
+			# once the failover Job promoted it (postgres removed
+			# standby.signal and wrote a new timeline). A standby's data
+			# named primary by anything else (the key edited by hand, or the
+			# ConfigMap and status lost, after which the function names
+			# ordinal 0) would start as a second primary on the same
+			# timeline, without a promotion: never.
+			hold "ordinal $ordinal is named the primary, but $PGDATA is a standby's (standby.signal) that was never promoted;" \
+				"a failover promotes with pg_promote first. To move the primary, set spec.primary (a switchover); if the" \
+				"ConfigMap key primary was edited or lost, set it back to the ordinal whose data is the primary's"
 		fi
 		write_config
 	fi
@@ -425,9 +436,21 @@ clone_once() {
 # one can trust: REWIND_MARKER, set for the run, sends the next start to a
 # clone (rewind_interrupted).
 rewind_once() {
-	local su passfile conninfo slot started=$SECONDS rc=0
+	local su passfile conninfo slot started=$SECONDS rc=0 row
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	passfile=$(superuser_passfile "$STATE_DIR/superuser.rewind.pgpass") || return 1
+	# A promoted source keeps the old timeline in its control file until
+	# its first checkpoint (minutes, for a spread one after a busy
+	# promotion), and pg_rewind reads the timeline from there: it then
+	# finds "no rewind required" and this diverged copy started as a
+	# standby that never streamed (seen). pg_rewind's documentation: run
+	# CHECKPOINT on a recently promoted source. Then the control file must
+	# show the newer timeline, or there is no rewind.
+	row=$(remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "CHECKPOINT" 120 && remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "SELECT timeline_id FROM pg_control_checkpoint()") || row=''
+	if [[ ! $row =~ ^[0-9]+$ ]] || ((row <= $(data_timeline))); then
+		log "the primary's checkpoint is not on a timeline newer than this copy's (answer '${row:-none}'): not rewinding"
+		return 1
+	fi
 	: >"$REWIND_MARKER"
 	sync "$REWIND_MARKER"
 	run_child pg_rewind --target-pgdata="$PGDATA" --progress \

@@ -50,6 +50,11 @@ require_int GRACE_SECONDS 0
 STARTING_MAX_SECONDS=${STARTING_MAX_SECONDS:-120}
 require_int STARTING_MAX_SECONDS 0
 TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
+durability=${DURABILITY:-}
+[[ -z $durability || $durability == sync || $durability == async ]] || die "DURABILITY must be sync or async, got '$durability'"
+LAST_TIMELINE=${LAST_TIMELINE:-1}
+require_int LAST_TIMELINE 1
+[[ ${QUALIFIED_ORDINALS:-} =~ ^[0-9\ ]*$ ]] || die "QUALIFIED_ORDINALS must be ordinals separated by spaces, got '$QUALIFIED_ORDINALS'"
 from=$((10#$PRIMARY_ORDINAL))
 ((from < INSTANCES)) || die "PRIMARY_ORDINAL $from is not below INSTANCES $INSTANCES"
 
@@ -79,6 +84,13 @@ lsn_int() {
 	echo $((16#$hi * 4294967296 + 16#$lo))
 }
 
+# seconds_since START_MS: the time since START_MS (now_ms) as seconds with
+# two decimals.
+seconds_since() {
+	local d=$(($(now_ms) - $1))
+	printf '%d.%02d\n' "$((d / 1000))" "$((d % 1000 / 10))"
+}
+
 # primary_answers: 0 when the lost primary answers as a primary; sets
 # primary_state to accepting, starting (postgres up, not yet accepting) or
 # silent.
@@ -100,6 +112,10 @@ report_existing_primary() {
 	for ((k = 0; k < INSTANCES; k++)); do
 		((k != from)) || continue
 		row=$(remote_query "${hosts[k]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn() WHERE NOT pg_is_in_recovery()") || continue
+		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] && ((BASH_REMATCH[1] <= LAST_TIMELINE)); then
+			log "ordinal $k answers as a primary on timeline ${BASH_REMATCH[1]}, not above the lost primary's $LAST_TIMELINE: a deposed primary, not a promotion; ignored"
+			continue
+		fi
 		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]]; then
 			log "ordinal $k already answers as a primary (timeline ${BASH_REMATCH[1]}): an earlier run promoted it"
 			finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$k,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"PrimaryLost\"}"
@@ -146,25 +162,133 @@ switchover() {
 # promote T REASON: promote ordinal T, create the other ordinals' slots on
 # it, and report.
 promote() {
-	local to=$1 reason=$2 row slots='' name k
+	local to=$1 reason=$2 row
 	# pg_promote waits up to 60 s for the promotion: so does the query.
 	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)" 65) || row=''
 	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
 	trap - EXIT
-	for ((k = 0; k < INSTANCES; k++)); do
-		((k != to)) || continue
-		name=$DATABASE-$k
-		name=${name,,}
-		name=${name//[^a-z0-9_]/_}
-		slots+="${slots:+, }('$name')"
-	done
-	remote_query "${hosts[to]}" "SELECT count(pg_create_physical_replication_slot(s, true)) FROM (VALUES $slots) v(s)
-		WHERE s NOT IN (SELECT slot_name FROM pg_replication_slots)" >/dev/null ||
-		log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
+	create_slots "$to" || log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
 	row=$(remote_query "${hosts[to]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
 	[[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] || die "ordinal $to does not answer as a primary after the promotion (answer '$row')"
 	log "ordinal $to is the primary on timeline ${BASH_REMATCH[1]}"
 	finish "{\"result\":\"promoted\",\"from\":$from,\"to\":$to,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"$reason\"}"
+}
+
+# hold REASON: no promotion now, and the reason as the outcome; exit 5, so
+# the Job runs again (bounded by its deadline) and the function reports it.
+hold() {
+	log "HOLDING, not promoting: $1"
+	printf '%s\n' "{\"result\":\"held\",\"from\":$from,\"reason\":\"$(json_escape "$1")\"}" >"$TERMINATION_LOG" 2>/dev/null || true
+	exit 5
+}
+
+# json_escape TEXT: TEXT as the inside of a JSON string.
+json_escape() {
+	local t=${1//\\/\\\\}
+	t=${t//\"/\\\"}
+	printf '%s' "${t//[$'\t\n\r']/ }"
+}
+
+# qualified K: 0 when ordinal K may be promoted under asynchronous
+# replication: its pod was ready when the function composed this Job
+# (QUALIFIED_ORDINALS), so it streamed within the readiness bound
+# (probe.sh: 60 s, 256 MiB). Without the variable (a Job composed by an
+# older function) every standby is.
+qualified() {
+	[[ -n ${QUALIFIED_ORDINALS+set} ]] || return 0
+	[[ " $QUALIFIED_ORDINALS " == *" $1 "* ]]
+}
+
+# detect_durability K...: DURABILITY, or when the Job does not say, what the
+# standbys K... were configured with (the function's tier settings are the
+# same file on every instance): sync when synchronous_standby_names is set.
+detect_durability() {
+	local k row
+	[[ -z $durability ]] || return 0
+	durability=async
+	for k in "$@"; do
+		row=$(remote_query "${hosts[k]}" "SELECT current_setting('synchronous_standby_names') <> ''") || row=t
+		[[ $row != t ]] || durability=sync
+	done
+	log "durability $durability (from the standbys' synchronous_standby_names)"
+}
+
+# slot_of K: the physical slot of ordinal K (entrypoint.sh slot_name).
+slot_of() {
+	local name=$DATABASE-$1
+	name=${name,,}
+	printf '%s\n' "${name//[^a-z0-9_]/_}"
+}
+
+# create_slots T: on ordinal T, a slot for every other ordinal (standbys
+# following T, and the old primary cloning or rewinding onto it).
+create_slots() {
+	local to=$1 k slots=''
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != to)) || continue
+		slots+="${slots:+, }('$(slot_of "$k")')"
+	done
+	remote_query "${hosts[to]}" "SELECT count(pg_create_physical_replication_slot(s, true)) FROM (VALUES $slots) v(s)
+		WHERE s NOT IN (SELECT slot_name FROM pg_replication_slots)" >/dev/null
+}
+
+# conninfo_to CONNINFO HOST PORT: CONNINFO with its host and port replaced.
+conninfo_to() {
+	local c=" $1 " q="'([^'\\\\]|\\\\.)*'"
+	c=$(sed -E "s/ host=($q|[^ ]+) / /; s/ hostaddr=($q|[^ ]+) / /; s/ port=($q|[^ ]+) / /" <<<"$c")
+	c=${c# }
+	printf '%s host=%s port=%s\n' "${c% }" "$2" "$3"
+}
+
+# detach_standbys T: repoint every other standby to stream from ordinal T,
+# and wait until each does. Under durability sync every one must: hold
+# otherwise.
+declare -A original_conninfo
+detach_standbys() {
+	local to=$1 k conninfo new host=${hosts[$1]%:*} port=${hosts[$1]##*:} row i
+	create_slots "$to" || log "could not create the replication slots on ordinal $to"
+	for ((k = 0; k < INSTANCES; k++)); do
+		((k != from && k != to)) || continue
+		if ! conninfo=$(remote_query "${hosts[k]}" "SELECT current_setting('primary_conninfo') WHERE pg_is_in_recovery()"); then
+			[[ $durability != sync ]] || hold "ordinal $k stopped answering before it could be detached from the old primary; with durability sync it could still acknowledge the old primary's commits"
+			log "WARNING: ordinal $k does not answer: it is not repointed to ordinal $to"
+			continue
+		fi
+		[[ -n $conninfo ]] || continue
+		new=$(conninfo_to "$conninfo" "$host" "$port")
+		if [[ $new != "$conninfo" ]]; then
+			if ! { remote_query "${hosts[k]}" "ALTER SYSTEM SET primary_conninfo = '${new//\'/\'\'}'" >/dev/null &&
+				remote_query "${hosts[k]}" "SELECT pg_reload_conf()" >/dev/null; }; then
+				[[ $durability != sync ]] || hold "ordinal $k could not be repointed to ordinal $to"
+				log "WARNING: ordinal $k could not be repointed to ordinal $to"
+				continue
+			fi
+			original_conninfo[$k]=$conninfo
+		fi
+		for ((i = 0; i < 30; i++)); do
+			row=$(remote_query "${hosts[k]}" "SELECT count(*) FROM pg_stat_wal_receiver
+				WHERE status = 'streaming' AND position(' host=$host ' in ' ' || conninfo || ' ') > 0 AND position(' port=$port ' in ' ' || conninfo || ' ') > 0") || row=''
+			[[ $row != 1 ]] || break
+			sleep 1
+		done
+		if [[ $row != 1 ]]; then
+			[[ $durability != sync ]] || hold "ordinal $k did not start streaming from ordinal $to within 30s; with durability sync it must stop following the old primary first"
+			log "WARNING: ordinal $k does not stream from ordinal $to yet"
+			continue
+		fi
+		log "ordinal $k now streams from ordinal $to (it no longer follows the old primary)"
+	done
+}
+
+# reattach_standbys: undo detach_standbys (the old primary answered again).
+reattach_standbys() {
+	local k
+	for k in "${!original_conninfo[@]}"; do
+		if ! { remote_query "${hosts[k]}" "ALTER SYSTEM SET primary_conninfo = '${original_conninfo[$k]//\'/\'\'}'" >/dev/null &&
+			remote_query "${hosts[k]}" "SELECT pg_reload_conf()" >/dev/null; }; then
+			log "WARNING: could not point ordinal $k back at the primary; it streams from a standby (cascading) until its next start"
+		fi
+	done
 }
 
 if [[ ${MODE:-failover} == switchover ]]; then
@@ -173,21 +297,24 @@ if [[ ${MODE:-failover} == switchover ]]; then
 fi
 
 log "primary ordinal $from (${hosts[from]}) is not ready; watching it for ${GRACE_SECONDS}s"
-start=$SECONDS
-silent_since=$SECONDS
+# Milliseconds on a monotonic clock (now_ms): the grace is a floor on how
+# long a primary is given to come back, never a second less.
+start=$(now_ms)
+silent_since=$start
 primary_state=silent
 while :; do
 	# An unrecorded promotion first: a frozen old primary that resumes still
 	# answers as a primary (on the old timeline) until its probe fences it.
 	report_existing_primary
 	if primary_answers; then
-		finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again after $((SECONDS - start))s\"}"
+		finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again after $(seconds_since "$start")s\"}"
 	fi
-	[[ $primary_state == silent ]] || silent_since=$SECONDS
-	if ((SECONDS - silent_since >= GRACE_SECONDS)); then
+	now=$(now_ms)
+	[[ $primary_state == silent ]] || silent_since=$now
+	if ((now - silent_since >= GRACE_SECONDS * 1000)); then
 		break
 	fi
-	if ((SECONDS - start >= GRACE_SECONDS + STARTING_MAX_SECONDS)); then
+	if ((now - start >= (GRACE_SECONDS + STARTING_MAX_SECONDS) * 1000)); then
 		log "the primary has been starting up for more than ${STARTING_MAX_SECONDS}s without accepting connections"
 		break
 	fi
@@ -231,18 +358,25 @@ settled() {
 
 # Every standby must answer before one is chosen: one that is slow to
 # answer (a loaded node) may hold WAL the others lack, and promoting another
-# would lose its commits and leave it diverged. Only after CANDIDATE_ROUNDS
-# rounds (2 s apart) does the choice go ahead among those that answered.
+# would lose its commits and leave it diverged. Asynchronous: after
+# CANDIDATE_ROUNDS rounds (2 s apart) the choice goes ahead among the
+# qualified standbys that answered. Synchronous: never among a subset. With
+# synchronous_standby_names 'ANY 1 (*)' a commit returned once any one
+# standby flushed it, so the last acknowledged commits may be on a silent
+# one alone: the Job holds instead (S1, S4 in docs/failover.md).
 # A standby is ranked by the WAL it holds: what it replayed, or what it
 # received when that is more (a settled standby short of it holds a record
 # it cannot replay, or waits on a query that conflicts with replay).
 # Received alone is not enough: it is reset when a walreceiver restarts
 # (it then counts from the segment it streams from again), and comparing it
-# chose a standby with less WAL (seen on the real node).
+# chose a standby with less WAL (seen on the real node). A standby still
+# replaying when the rounds run out is ranked all the same: pg_promote
+# replays everything it flushed (skipping it lost the commits only it held).
 CANDIDATE_ROUNDS=${CANDIDATE_ROUNDS:-15}
 require_int CANDIDATE_ROUNDS 1
 for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
-	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0
+	best=-1 best_tli=-1 best_lsn=-1 best_text='' silent=0 unsettled=0 answered=()
+	all=-1 all_tli=-1 all_lsn=-1 all_text=''
 	for ((k = 0; k < INSTANCES; k++)); do
 		((k != from)) || continue
 		row=$(standby_position "$k") || {
@@ -252,29 +386,48 @@ for ((round = 1; round <= CANDIDATE_ROUNDS; round++)); do
 		}
 		IFS='|' read -r recovery tli replayed received <<<"$row"
 		[[ $recovery == t && $tli =~ ^[0-9]+$ ]] || continue
+		answered+=("$k")
 		if ! settled "$k" "$replayed" "$received"; then
 			log "ordinal $k is still replaying what it received: $replayed of $received (round $round of $CANDIDATE_ROUNDS)"
-			silent=$((silent + 1))
-			continue
+			unsettled=$((unsettled + 1))
 		fi
 		lsn=$replayed n=$(lsn_int "$replayed")
 		if (($(lsn_int "$received") > n)); then
 			lsn=$received n=$(lsn_int "$received")
-			log "ordinal $k stands at $replayed, short of the $received it received: a record it cannot replay"
+			log "ordinal $k stands at $replayed, short of the $received it received: a record it cannot replay, or one it is still replaying"
+		fi
+		if ((tli > all_tli || (tli == all_tli && n > all_lsn))); then
+			all=$k all_tli=$tli all_lsn=$n all_text=$lsn
+		fi
+		if ! qualified "$k"; then
+			log "ordinal $k: standby on timeline $tli, holds WAL up to $lsn; not qualified: its pod was not ready (streaming within the readiness bound) when the Job was composed"
+			continue
 		fi
 		log "ordinal $k: standby on timeline $tli, holds WAL up to $lsn"
 		if ((tli > best_tli || (tli == best_tli && n > best_lsn))); then
 			best=$k best_tli=$tli best_lsn=$n best_text=$lsn
 		fi
 	done
-	((silent > 0 && round < CANDIDATE_ROUNDS)) || break
+	((silent + unsettled > 0 && round < CANDIDATE_ROUNDS)) || break
 	report_existing_primary
 	sleep 2
 done
+((${#answered[@]} == 0)) || detect_durability "${answered[@]}"
+if [[ $durability == sync ]]; then
+	# Every standby answered: the most advanced of all holds every
+	# acknowledged commit, whether or not it was ready (replay may lag).
+	if ((silent > 0)); then
+		hold "$silent standby(s) did not answer in $CANDIDATE_ROUNDS rounds; with durability sync any of them may hold the last acknowledged commits, so none is promoted until every standby answers"
+	fi
+	best=$all best_tli=$all_tli best_lsn=$all_lsn best_text=$all_text
+fi
 if ((silent > 0 && best >= 0)); then
-	log "WARNING: $silent standby(s) never answered or never caught up; choosing among the others: a silent one may hold more WAL (it is cloned again when it returns)"
+	log "WARNING: $silent standby(s) never answered; choosing among the others: a silent one may hold more WAL (it is rewound or cloned again when it returns)"
 fi
 if ((best < 0)); then
+	if ((${#answered[@]} > 0)); then
+		hold "no standby qualifies: ordinals ${answered[*]} answered, but none was ready (streaming within the readiness bound) when the Job was composed; promoting one would lose what it never received"
+	fi
 	log "no standby answers: nothing to promote; the Job retries"
 	exit 5
 fi
@@ -293,7 +446,18 @@ for ((i = 0; i < 60; i++)); do
 	fi
 	sleep 1
 done
+
+# Detach every other standby from the old primary before the promotion:
+# each is repointed to stream from the chosen one (cascading, and on its new
+# timeline once it is promoted). A standby still attached to a lost primary
+# that resumes acknowledges its commits under durability sync: the commit
+# returns, and the promotion and the rewind then discard it everywhere
+# (seen: a session held open on a frozen primary committed after the
+# promotion). Once no standby streams from it, a resumed old primary's
+# synchronous commits wait and never return.
+detach_standbys "$best"
 if primary_answers; then
+	reattach_standbys
 	finish "{\"result\":\"not-needed\",\"from\":$from,\"reason\":\"the primary answered again before the promotion\"}"
 fi
 promote "$best" PrimaryLost

@@ -37,7 +37,7 @@ type failoverRun struct {
 
 // runFailover runs failover.sh as the Job would, for the lost primary
 // ordinal from, with hosts[k] the port of ordinal k and grace seconds.
-func (c *cluster) runFailover(t *testing.T, hosts []int, from, grace int) failoverRun {
+func (c *cluster) runFailover(t *testing.T, hosts []int, from, grace int, extra ...string) failoverRun {
 	t.Helper()
 	dir, err := os.MkdirTemp(c.root, "failover-")
 	if err != nil {
@@ -61,6 +61,7 @@ func (c *cluster) runFailover(t *testing.T, hosts []int, from, grace int) failov
 		"TERMINATION_LOG="+termLog,
 		"FAILOVER_HOSTS="+strings.Join(addrs, " "),
 	)
+	env = append(env, extra...)
 	start := time.Now()
 	out, err := c.script(2*time.Minute, env, Failover)
 	r := failoverRun{out: out, code: exitCode(err), took: time.Since(start)}

@@ -29,6 +29,21 @@ utc_stamp() {
 	printf '%(%Y%m%dT%H%M%SZ)T\n' -1
 }
 
+# now_ms: milliseconds on a monotonic clock (CLOCK_BOOTTIME, from
+# /proc/uptime, 10 ms steps), for durations a decision depends on: bash's
+# $SECONDS counts whole seconds, so a wait of G seconds measured with it
+# ended up to a second early (the failover grace, seen in the tests), and
+# the wall clock ($EPOCHREALTIME, the fallback) can jump.
+now_ms() {
+	local up
+	if { read -r up _ </proc/uptime; } 2>/dev/null && [[ $up =~ ^([0-9]+)\.([0-9]{2})$ ]]; then
+		printf '%d\n' "$((10#${BASH_REMATCH[1]} * 1000 + 10#${BASH_REMATCH[2]} * 10))"
+	else
+		up=${EPOCHREALTIME/[.,]/}
+		printf '%d\n' "$((10#$up / 1000))"
+	fi
+}
+
 # die MESSAGE...: log and exit 1.
 die() {
 	log "ERROR: $*"
@@ -290,11 +305,21 @@ newer_primary_peer() {
 	return 1
 }
 
-# data_timeline: the timeline of PGDATA's last checkpoint (postgres stopped).
+# data_timeline: the timeline PGDATA is on (postgres stopped): its last
+# checkpoint's, or the newest timeline history file's in pg_wal when that
+# is newer: a promoted server writes the history file at once but updates
+# its control file only at its next checkpoint, so a new primary that
+# crashed before that still is on the newer timeline.
 data_timeline() {
-	local tli
+	local tli f h
 	tli=$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n "s/^Latest checkpoint's TimeLineID: *//p")
 	[[ $tli =~ ^[0-9]+$ ]] || tli=0
+	for f in "$PGDATA"/pg_wal/*.history; do
+		h=${f##*/}
+		h=${h%.history}
+		[[ $h =~ ^[0-9A-F]{8}$ ]] || continue
+		((16#$h <= tli)) || tli=$((16#$h))
+	done
 	printf '%d\n' "$tli"
 }
 

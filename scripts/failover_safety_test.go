@@ -1,0 +1,379 @@
+package scripts
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Regression tests for the ways the failover lost acknowledged writes
+// (issue 21, docs/failover.md "Invariants"), each against real PostgreSQL
+// servers: every one failed on the scripts before the fix it names.
+
+// syncTier is testTier with durability sync, as configmap.go writes it.
+const syncTier = testTier + `synchronous_standby_names = 'ANY 1 (*)'
+synchronous_commit = on
+`
+
+// session is a psql process held open on a server: statements are sent
+// one at a time and its output lines read as they come, so a COMMIT can be
+// sent across a fault and whether it returned observed.
+type session struct {
+	cancel context.CancelFunc
+	in     io.WriteCloser
+	lines  chan string
+}
+
+func (c *cluster) openSession(t *testing.T, port int) *session {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env := append(c.tl.baseEnv(c.root), "PGPASSWORD="+c.secret(t, "app", "password"), "PGCONNECT_TIMEOUT=10")
+	cmd := c.tl.command(ctx, c.root, env, filepath.Join(c.tl.bin, "psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s", port, c.app, c.db))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{cancel: cancel, in: in, lines: make(chan string, 100)}
+	go func() {
+		defer close(s.lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+	})
+	return s
+}
+
+// send writes one line of SQL or a psql meta-command.
+func (s *session) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect waits up to d for a line equal to want; every line read is
+// returned. ok is false when want did not come.
+func (s *session) expect(want string, d time.Duration) (seen []string, ok bool) {
+	deadline := time.After(d)
+	for {
+		select {
+		case l, open := <-s.lines:
+			if !open {
+				return seen, false
+			}
+			seen = append(seen, l)
+			if l == want {
+				return seen, true
+			}
+		case <-deadline:
+			return seen, false
+		}
+	}
+}
+
+// TestFailoverSyncDetachesStandbys: durability sync, three instances. A
+// session holds a transaction open on the primary; the primary freezes
+// (SIGSTOP of every process, as a frozen node or a long GC-like stall);
+// the Job promotes a standby; the old primary resumes and the session
+// commits. Before the fix the other standby, still attached to the old
+// primary (its walreceiver connection survives a freeze), acknowledged that
+// commit: COMMIT returned, and the row was on no copy that survives. Now
+// every other standby streams from the chosen one before the promotion,
+// the resumed primary has no standby to acknowledge it, and the commit
+// never returns (S1).
+func TestFailoverSyncDetachesStandbys(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "sy-db")
+	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), syncTier)
+	p, b, d := c.instance(0), c.instance(1), c.instance(2)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	b.start(t)
+	d.start(t)
+	b.waitReady(t, 120*time.Second)
+	d.waitReady(t, 120*time.Second)
+	// Acknowledged by a standby (with none, the commits would wait).
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+	hosts := []int{p.port, b.port, d.port}
+
+	s := c.openSession(t, p.port)
+	s.send(t, "BEGIN;")
+	s.send(t, "INSERT INTO t VALUES (1000);")
+	s.send(t, `\echo inserted`)
+	if seen, ok := s.expect("inserted", 20*time.Second); !ok {
+		t.Fatalf("the session did not insert: %q", seen)
+	}
+
+	p.signal(syscall.SIGSTOP)
+	frozen := true
+	defer func() {
+		if frozen {
+			p.signal(syscall.SIGCONT)
+		}
+	}()
+	r := c.runFailover(t, hosts, 0, 1, "DURABILITY=sync")
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 1.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
+		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 40))
+	}
+	// d follows b now, on its new timeline.
+	if got := c.superSQL(t, d, "postgres", "SELECT status || ':' || sender_port FROM pg_stat_wal_receiver"); got != "streaming:"+strconv.Itoa(b.port) {
+		t.Errorf("d's walreceiver %q, want streaming from b (port %d)", got, b.port)
+	}
+
+	p.signal(syscall.SIGCONT)
+	frozen = false
+	s.send(t, "COMMIT;")
+	s.send(t, `\echo committed`)
+	// The old primary waits for a synchronous standby that no longer
+	// exists: the COMMIT must not return. Ten seconds is far longer than an
+	// acknowledgement takes (milliseconds on loopback), and it is the
+	// negative that is asserted: a slow machine cannot make it pass wrongly.
+	if seen, ok := s.expect("committed", 10*time.Second); ok {
+		t.Errorf("the old primary's COMMIT returned after the promotion (lines %q): a standby still acknowledged it", seen)
+	}
+	c.appSQL(t, b, "INSERT INTO t VALUES (101)")
+	waitFor(t, 30*time.Second, "d replays b's write", func() error {
+		if got, err := c.psql(d.port, c.app, c.secret(t, "app", "password"), c.db, "SELECT count(*) FROM t WHERE id = 101"); err != nil || got != "1" {
+			return fmt.Errorf("%q %v", got, err)
+		}
+		return nil
+	})
+	if got := c.appSQL(t, b, "SELECT count(*) FROM t"); got != "101" {
+		t.Errorf("b holds %s rows, want 101 (the 100 acknowledged before the freeze and one after)", got)
+	}
+	p.kill()
+}
+
+// TestFailoverSyncHoldsWithoutEveryStandby: durability sync, and one
+// standby does not answer. With synchronous_standby_names 'ANY 1 (*)' the
+// last acknowledged commits may be on that one alone: the Job must not
+// promote the other (before the fix it did, after 15 rounds). It holds:
+// exit 5, outcome "held" with the reason, nothing promoted.
+func TestFailoverSyncHoldsWithoutEveryStandby(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "sh-db")
+	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), syncTier)
+	p, b, d := c.instance(0), c.instance(1), c.instance(2)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	b.start(t)
+	d.start(t)
+	b.waitReady(t, 120*time.Second)
+	d.waitReady(t, 120*time.Second)
+	p.stop(t)
+	d.signal(syscall.SIGSTOP) // d answers nothing: its node is gone too
+	defer d.signal(syscall.SIGCONT)
+	hosts := []int{p.port, b.port, d.port}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"durability from the Job", []string{"DURABILITY=sync"}},
+		// A Job composed by an older function: the standbys' settings say sync.
+		{"durability from the standbys", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.runFailover(t, hosts, 0, 0, append([]string{"CANDIDATE_ROUNDS=2", "PEER_TIMEOUT=1"}, tc.extra...)...)
+			if r.code != 5 || r.result["result"] != "held" {
+				t.Fatalf("exit %d, outcome %q: want exit 5 and held\n%s", r.code, r.message, tail(r.out, 30))
+			}
+			if reason, _ := r.result["reason"].(string); !strings.Contains(reason, "durability sync") {
+				t.Errorf("reason %q does not say why", reason)
+			}
+			if got := c.inRecovery(t, b); got != "t" {
+				t.Errorf("b in recovery %q: promoted without every standby", got)
+			}
+		})
+	}
+}
+
+// TestFailoverAsyncOnlyQualified: durability async; the Job promotes only a
+// standby whose pod was ready when it was composed (QUALIFIED_ORDINALS):
+// one that stopped replicating long ago is no candidate however it ranks,
+// and with none qualified the Job holds.
+func TestFailoverAsyncOnlyQualified(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "aq-db")
+	p, b, d := c.instance(0), c.instance(1), c.instance(2)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY)")
+	b.start(t)
+	d.start(t)
+	b.waitReady(t, 120*time.Second)
+	d.waitReady(t, 120*time.Second)
+	p.stop(t)
+	hosts := []int{p.port, b.port, d.port}
+
+	r := c.runFailover(t, hosts, 0, 0, "DURABILITY=async", "QUALIFIED_ORDINALS=")
+	if r.code != 5 || r.result["result"] != "held" {
+		t.Fatalf("no standby qualified: exit %d, outcome %q, want exit 5 and held\n%s", r.code, r.message, tail(r.out, 30))
+	}
+	for _, s := range []*instance{b, d} {
+		if got := c.inRecovery(t, s); got != "t" {
+			t.Fatalf("%s promoted though not qualified", s.pod)
+		}
+	}
+	// b and d hold the same WAL; the tie-break (lowest ordinal) would take
+	// b: only d qualifies.
+	r = c.runFailover(t, hosts, 0, 0, "DURABILITY=async", "QUALIFIED_ORDINALS=2")
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
+		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 40))
+	}
+}
+
+// TestFailoverRefusesOldTimeline: an instance that answers as a primary on
+// a timeline not above the lost primary's (a primary deposed by an earlier
+// failover that was never fenced) is not reported as "an earlier run
+// promoted it": before the fix the rw Service moved back to it, a copy
+// lacking everything written since. The Job promotes a standby instead.
+func TestFailoverRefusesOldTimeline(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	c := newCluster(t, tl, root, "ot-db")
+	// A primary on timeline 1 at ordinal 2's address (another Database
+	// with the same passwords): what a deposed, unfenced primary answers.
+	old := newCluster(t, tl, root, "ot-old")
+	p, b := c.instance(0), c.instance(1)
+	o := old.instance(0)
+	p.start(t)
+	o.start(t)
+	p.waitReady(t, 120*time.Second)
+	o.waitReady(t, 120*time.Second)
+	b.start(t)
+	b.waitReady(t, 120*time.Second)
+	p.stop(t)
+	hosts := []int{p.port, b.port, o.port}
+	// The lost primary was on timeline 1 (no failover recorded): a primary
+	// on timeline 1 elsewhere is no promotion.
+	r := c.runFailover(t, hosts, 0, 0, "LAST_TIMELINE=1", "QUALIFIED_ORDINALS=1", "CANDIDATE_ROUNDS=2")
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 1.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
+		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 40))
+	}
+	if !strings.Contains(r.out, "not above the lost primary's 1: a deposed primary") {
+		t.Errorf("log does not say why ordinal 2 was ignored:\n%s", tail(r.out, 30))
+	}
+}
+
+// TestRejoinRightAfterBusyPromotion: the old primary rejoins right after
+// a promotion whose checkpoint is still running (a spread checkpoint of
+// many dirty buffers: minutes in production). pg_rewind reads the source's
+// timeline from its control file, which still said 1, and answered "no
+// rewind required": the diverged copy started as a standby that never
+// streamed. The entrypoint now checkpoints the source first.
+func TestRejoinRightAfterBusyPromotion(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "rw-db")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	// Dirty buffers on the standby: its promotion checkpoint is spread
+	// over many of them (100 ms each when ahead of schedule).
+	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, 60000) i")
+	c.waitReplayed(t, p, s)
+	// s stops streaming (its buffers stay dirty); p writes what s never
+	// gets, and is lost.
+	c.superSQL(t, s, "postgres", "ALTER SYSTEM SET primary_conninfo = ''")
+	c.superSQL(t, s, "postgres", "SELECT pg_reload_conf()")
+	waitFor(t, 30*time.Second, "s stops streaming", func() error {
+		if got := c.superSQL(t, s, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver"); got != "0" {
+			return fmt.Errorf("%s walreceivers", got)
+		}
+		return nil
+	})
+	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(60001, 60100) i")
+	p.kill()
+	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
+		t.Fatalf("pg_promote: %q", got)
+	}
+	if got := c.superSQL(t, s, "postgres", "SELECT timeline_id FROM pg_control_checkpoint()"); got != "1" {
+		t.Logf("the promotion's checkpoint already finished (control file on timeline %s): the scenario needs it still running; the test proves less", got)
+	}
+	// The function names ordinal 1 the primary; ordinal 0 starts again.
+	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
+	want := c.tableChecksums(t, s, c.db)
+	p.start(t, fmt.Sprintf("PRIMARY_PORT=%d", s.port))
+	took := p.waitReady(t, 120*time.Second)
+	t.Logf("timing: former primary rejoined in %v", took.Round(time.Millisecond))
+	if log := p.lastLog(); !strings.Contains(log, "rewound onto the primary") {
+		t.Errorf("log: want a rewind:\n%s", tail(log, 20))
+	}
+	if got := c.superSQL(t, p, "postgres", "SELECT status || ':' || received_tli FROM pg_stat_wal_receiver"); got != "streaming:2" {
+		t.Errorf("wal receiver %q, want streaming on timeline 2", got)
+	}
+	if diff := cmp.Diff(want, c.tableChecksums(t, p, c.db)); diff != "" {
+		t.Errorf("tables (-new primary +former primary):\n%s", diff)
+	}
+}
+
+// TestPrimaryRefusesStandbyData: the ConfigMap key primary names an
+// ordinal whose data is a standby's that was never promoted (edited by
+// hand, or the ConfigMap and status lost). Before the fix the entrypoint
+// removed standby.signal and started a second primary on the same
+// timeline. It holds now, and also refuses while another instance already
+// answers as the primary on its timeline.
+func TestPrimaryRefusesStandbyData(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "sd-db")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	s.stop(t)
+	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
+	defer writeFile(t, filepath.Join(c.scripts, "primary"), "0\n")
+	for _, tc := range []struct {
+		name, log string
+		before    func()
+	}{
+		{"the primary answers", "already is a primary", func() {}},
+		{"the primary is down", "a standby's (standby.signal) that was never promoted", func() { p.stop(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.before()
+			s.start(t, fmt.Sprintf("PEER_HOSTS=127.0.0.1:%d", p.port))
+			defer s.kill()
+			waitFor(t, 30*time.Second, s.pod+" refuses", func() error { return containsErr(s.lastLog(), tc.log) })
+			if _, err := os.Stat(filepath.Join(s.pgdata, "standby.signal")); err != nil {
+				t.Errorf("standby.signal: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(s.pgdata, "postmaster.pid")); !os.IsNotExist(err) {
+				t.Errorf("postgres started: %v", err)
+			}
+		})
+	}
+}
