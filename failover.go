@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -143,6 +144,16 @@ func ordinalOf(pod string) (int, bool) {
 	return 0, false
 }
 
+// lastTimeline is the timeline the primary writes on as far as the record
+// knows: the last recorded failover's, 1 (initdb's) when none is recorded.
+// A failover Job gets it (LAST_TIMELINE).
+func lastTimeline(r *failoverRecord) int64 {
+	if r != nil && r.Last != nil && r.Last.Timeline > 0 {
+		return r.Last.Timeline
+	}
+	return 1
+}
+
 // planFailover decides failover for this reconcile (see the comment at the
 // top of this file). replicas is the number of instances composed.
 func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverPlan {
@@ -168,7 +179,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
 			target = t
 		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target)
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, frozenFacts(job))
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -235,7 +246,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		return fp
 	}
 	if !o.Instances.Ready[primaryPod] {
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
@@ -254,7 +265,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 				return fp
 			}
 		}
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = switchoverRunning(db, fp.Primary, *t)
 	}
 	return fp
@@ -303,9 +314,49 @@ func frozenImage(j *batchv1.Job, fallback string) string {
 	return fallback
 }
 
+// failoverFacts are what a new failover Job is told of the state it was
+// composed in (names.go): the durability, the timeline of the last recorded
+// failover (1 when none is), and the standbys fit to promote: those whose
+// pods were ready (the standby's readiness requires it to stream, recently
+// and not far behind), ascending, without the lost primary from.
+func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1.EnvVar {
+	var qualified []string
+	for k := range int(replicas) {
+		if k != from && o.Instances.Ready[podName(db, k)] {
+			qualified = append(qualified, strconv.Itoa(k))
+		}
+	}
+	return []corev1.EnvVar{
+		{Name: envDurability, Value: db.Durability},
+		{Name: envLastTimeline, Value: strconv.FormatInt(lastTimeline(o.FailoverRecord), 10)},
+		{Name: envQualifiedOrdinals, Value: strings.Join(qualified, " ")},
+	}
+}
+
+// frozenFacts are the failoverFacts an observed Job was composed with, as
+// they were: the state has moved on since (a standby's readiness), and the
+// Job's pod template is immutable. A Job composed before one of them
+// existed goes on without it.
+func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, name := range []string{envDurability, envLastTimeline, envQualifiedOrdinals} {
+	search:
+		for _, c := range j.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == name && e.ValueFrom == nil {
+					out = append(out, corev1.EnvVar{Name: name, Value: e.Value})
+					break search
+				}
+			}
+		}
+	}
+	return out
+}
+
 // failoverJob runs failover.sh once against the instances: a failover of
 // the lost primary from, or with target >= 0 a planned switchover to target.
-func failoverJob(db *database, from int, count int64, image string, replicas int32, target int) *batchv1.Job {
+// facts are failoverFacts, or frozenFacts of the observed Job.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "DATABASE", Value: db.Name},
 		{Name: "PRIMARY_ORDINAL", Value: strconv.Itoa(from)},
@@ -316,6 +367,7 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 		{Name: "GRACE_SECONDS", Value: strconv.Itoa(int(db.FailoverGrace))},
 		{Name: "STARTING_MAX_SECONDS", Value: strconv.Itoa(failoverStartingMax)},
 	}
+	env = append(env, facts...)
 	ann := map[string]string{
 		annotationFailoverFrom:  strconv.Itoa(from),
 		annotationFailoverCount: strconv.FormatInt(count, 10),

@@ -251,7 +251,7 @@ func TestFailoverNotStarted(t *testing.T) {
 // container checks as every other pod the function composes.
 func TestFailoverJobSecure(t *testing.T) {
 	db := testDB()
-	j := failoverJob(db, 0, 0, "postgres:16", 3, -1)
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, nil)
 	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
 		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
 	}
@@ -316,5 +316,154 @@ func TestSwitchover(t *testing.T) {
 	rsp = runTestIn(t, req, cluster)
 	if got := failoverStateOf(t, rsp); got.Job || got.Primary != "1" {
 		t.Errorf("once recorded: Job %v, primary %s; want no Job, primary 1", got.Job, got.Primary)
+	}
+}
+
+// largeSteady is the large example (analytics, 3 instances) running and
+// fed back: the request of the next reconcile.
+func largeSteady(t *testing.T) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	feedBack(t, req, rsp, true)
+	return req
+}
+
+// setObservedPrimary sets key primary of the observed scripts ConfigMap.
+func setObservedPrimary(req *fnv1.RunFunctionRequest, v string) {
+	structAt(req.Observed.Resources[string(rnScripts)].GetResource(), "data").Fields[keyPrimary] = structpb.NewStringValue(v)
+}
+
+// setSpecField sets one field of the observed XR's spec.
+func setSpecField(req *fnv1.RunFunctionRequest, k string, v *structpb.Value) {
+	req.Observed.Composite.Resource.GetFields()["spec"].GetStructValue().Fields[k] = v
+}
+
+// setFailoverRecord sets the observed XR's status.failover.
+func setFailoverRecord(t *testing.T, req *fnv1.RunFunctionRequest, y string) {
+	t.Helper()
+	xr := req.Observed.Composite.Resource
+	if structAt(xr, "status") == nil {
+		xr.Fields["status"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}})
+	}
+	structAt(xr, "status").Fields["failover"] = structpb.NewStructValue(yamlStruct(t, y))
+}
+
+// jobEnv is the env of the desired failover Job, or nil without one.
+func jobEnv(t *testing.T, rsp *fnv1.RunFunctionResponse) []corev1.EnvVar {
+	t.Helper()
+	j := rsp.GetDesired().GetResources()[string(rnFailover)].GetResource()
+	if j == nil {
+		return nil
+	}
+	return decodeInto[batchv1.Job](t, j).Spec.Template.Spec.Containers[0].Env
+}
+
+// failoverEnv is the env failoverJob writes for analytics: the fixed part,
+// then the facts, then the switchover's.
+func failoverEnv(from, durability, lastTimeline, qualified string, extra ...corev1.EnvVar) []corev1.EnvVar {
+	return append([]corev1.EnvVar{
+		{Name: "DATABASE", Value: "analytics"},
+		{Name: "PRIMARY_ORDINAL", Value: from},
+		{Name: "INSTANCES", Value: "3"},
+		{Name: "PEER_DOMAIN", Value: "analytics-hl.data.svc.cluster.local"},
+		{Name: "PGPORT", Value: "5432"},
+		{Name: "ADMIN_SECRET_DIR", Value: "/etc/database/superuser"},
+		{Name: "GRACE_SECONDS", Value: "10"},
+		{Name: "STARTING_MAX_SECONDS", Value: "120"},
+		{Name: envDurability, Value: durability},
+		{Name: envLastTimeline, Value: lastTimeline},
+		{Name: envQualifiedOrdinals, Value: qualified},
+	}, extra...)
+}
+
+// TestFailoverJobFacts: a failover or switchover Job is told the durability,
+// the last recorded timeline (1 when none is) and the standbys whose pods
+// were ready, ascending, without the lost primary: the only ones it may
+// promote.
+func TestFailoverJobFacts(t *testing.T) {
+	last3 := `{count: 1, last: {from: analytics-0, to: analytics-2, reason: PrimaryLost, time: "2026-11-28T02:41:07Z", timeline: 3, lsn: 0/9000060}}`
+	cases := map[string]struct {
+		reason  string
+		spec    map[string]*structpb.Value // fields set in large.yaml's spec
+		primary string                     // the observed ConfigMap's key primary, when set
+		record  string                     // status.failover, when set
+		ready   []bool
+		want    []corev1.EnvVar
+	}{
+		"BothStandbysReady": {reason: "every standby ready", ready: []bool{false, true, true},
+			want: failoverEnv("0", "async", "1", "1 2")},
+		"OneStandbyReady": {reason: "an unready standby is not fit to promote", ready: []bool{false, false, true},
+			want: failoverEnv("0", "async", "1", "2")},
+		"NoStandbyReady": {reason: "none ready: an empty list", ready: []bool{false, false, false},
+			want: failoverEnv("0", "async", "1", "")},
+		"Sync": {reason: "spec.durability as resolved", spec: map[string]*structpb.Value{"durability": structpb.NewStringValue("sync")}, ready: []bool{false, true, false},
+			want: failoverEnv("0", "sync", "1", "1")},
+		"AfterAFailover": {reason: "the last recorded timeline; the lost primary 2 is not a candidate, 0 is", primary: "2", record: last3, ready: []bool{true, true, false},
+			want: failoverEnv("2", "async", "3", "0 1")},
+		"Switchover": {reason: "the same facts for a switchover (every instance ready)", spec: map[string]*structpb.Value{"primary": structpb.NewNumberValue(1)}, ready: []bool{true, true, true},
+			want: failoverEnv("0", "async", "1", "1 2", corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: "1"})},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			for k, v := range tc.spec {
+				setSpecField(req, k, v)
+			}
+			if tc.primary != "" {
+				setObservedPrimary(req, tc.primary)
+			}
+			if tc.record != "" {
+				setFailoverRecord(t, req, tc.record)
+			}
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, tc.ready...)...))
+			if d := cmp.Diff(tc.want, jobEnv(t, rsp)); d != "" {
+				t.Errorf("%s: the Job's env (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
+
+// TestFailoverJobFactsFrozen: the facts are those of the Job's composition.
+// A standby's readiness or the durability changing while the Job runs
+// changes nothing of the Job (its pod template is immutable), and a Job
+// composed before the facts existed is kept without them.
+func TestFailoverJobFactsFrozen(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		strip  bool // the observed Job lacks the facts (an older function composed it)
+		want   []corev1.EnvVar
+	}{
+		"Composed": {reason: "kept as composed", want: failoverEnv("0", "async", "1", "1 2")},
+		"OlderJob": {reason: "kept without them", strip: true, want: failoverEnv("0", "async", "1", "1 2")[:8]},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, true, true)...))
+			feedBack(t, req, rsp, false) // the Job runs
+			job := req.Observed.Resources[string(rnFailover)].GetResource()
+			if job == nil {
+				t.Fatal("no failover Job composed")
+			}
+			if tc.strip {
+				c := structAt(job, "spec", "template", "spec").GetFields()["containers"].GetListValue().GetValues()[0].GetStructValue()
+				env := c.GetFields()["env"].GetListValue()
+				env.Values = env.Values[:8]
+			}
+			// Since then: a standby turned unready, the durability changed.
+			setSpecField(req, "durability", structpb.NewStringValue("sync"))
+			rsp = runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, false, true)...))
+			if d := cmp.Diff(tc.want, jobEnv(t, rsp)); d != "" {
+				t.Errorf("%s: the running Job's env (-want +got):\n%s", tc.reason, d)
+			}
+			if got := failoverStateOf(t, rsp); got.Condition != "STATUS_CONDITION_TRUE/InProgress" {
+				t.Errorf("condition %s, want the Job running", got.Condition)
+			}
+		})
 	}
 }
