@@ -39,8 +39,12 @@ import (
 //     (status.failover.count = count+1) and, if it promoted ordinal T, make
 //     T the primary now: ConfigMap key primary, the rw Service's selector,
 //     status.primary. The Job stays composed until the record is read back,
-//     so a lost status write only repeats the recording.
-//   - the Job ended and is recorded → drop it.
+//     so a lost status write only repeats the recording. A promotion on a
+//     timeline not above the last recorded failover's is refused (a former
+//     primary answering, not this failover's promotion): recorded as a run,
+//     the primary unmoved, a Warning.
+//   - the Job ended and is recorded → drop it: while the primary is still
+//     not ready, the next reconcile composes a new Job.
 const (
 	condFailover = "Failover"
 
@@ -53,6 +57,7 @@ const (
 	reasonFailoverOff      = "Disabled"
 	reasonSingleInstance   = "SingleInstance"
 	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
+	reasonOldTimeline      = "OldTimelineRefused"
 	failoverResultPromoted = "promoted"
 	failoverResultNotNeed  = "not-needed"
 
@@ -111,6 +116,9 @@ type failoverPlan struct {
 	Require   map[string]*fnv1.ResourceSelector
 	// InProgress: a failover Job runs (the Database is not Ready).
 	InProgress bool
+	// Warnings are Warning results; the Failover condition's message says
+	// each too (newlyWarned).
+	Warnings []warning
 }
 
 // observedPrimary is the ordinal the function last made the primary: the
@@ -146,7 +154,7 @@ func ordinalOf(pod string) (int, bool) {
 
 // lastTimeline is the timeline the primary writes on as far as the record
 // knows: the last recorded failover's, 1 (initdb's) when none is recorded.
-// A failover Job gets it (LAST_TIMELINE).
+// A failover Job gets it (LAST_TIMELINE), and its outcome must be above it.
 func lastTimeline(r *failoverRecord) int64 {
 	if r != nil && r.Last != nil && r.Last.Timeline > 0 {
 		return r.Last.Timeline
@@ -196,7 +204,16 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		case jobSucceeded(job):
 			fp.Job = frozen
 			fp.Record.Count = count + 1
-			if out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from {
+			promoted := out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from
+			if known := knownTimeline(fp.Record, job); promoted && out.Timeline <= known {
+				// Recorded as a run (the Job is dropped once read back, and
+				// a new one starts while the primary is not ready), but
+				// the primary is not moved.
+				fp.Condition = oldTimeline(db, frozen.Name, from, out, known)
+				fp.Warnings = append(fp.Warnings, warning{reasonOldTimeline, fp.Condition.Message})
+				return fp
+			}
+			if promoted {
 				fp.Primary = out.To
 				reason := reasonPrimaryLost
 				if target >= 0 {
@@ -269,6 +286,31 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		fp.Condition = switchoverRunning(db, fp.Primary, *t)
 	}
 	return fp
+}
+
+// oldTimeline refuses a promotion the Job reported on a timeline not above
+// known: the instance that answers is a former primary (or a server started
+// anew), and making it the primary would lose what was written since.
+func oldTimeline(db *database, job string, from int, out failoverOutcome, known int64) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonOldTimeline, fmt.Sprintf(
+		"failover Job %s reported %s promoted on timeline %d, not above timeline %d of the last recorded failover (status.failover.last.timeline, the Job's LAST_TIMELINE): refused, the primary stays %s. "+
+			"An instance answering as a primary on an old timeline is a former primary and lacks what was written since; "+
+			"the Job is dropped and a new one promotes a standby while %s is not ready. %s stops by its probe and rejoins as a standby once a primary on a newer timeline answers; "+
+			"if no standby can be promoted, bring %s back",
+		job, podName(db, out.To), out.Timeline, known, podName(db, from), podName(db, from), podName(db, out.To), podName(db, from))}
+}
+
+// knownTimeline is the timeline a promotion must be above: the last
+// recorded failover's, or what the Job was given when that is higher (a
+// status lost while the Job ran).
+func knownTimeline(r *failoverRecord, job *batchv1.Job) int64 {
+	known := lastTimeline(r)
+	for _, e := range frozenFacts(job) {
+		if n, err := strconv.ParseInt(e.Value, 10, 64); e.Name == envLastTimeline && err == nil && n > known {
+			known = n
+		}
+	}
+	return known
 }
 
 func switchoverRunning(db *database, from, to int) condition {

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -463,6 +466,144 @@ func TestFailoverJobFactsFrozen(t *testing.T) {
 			}
 			if got := failoverStateOf(t, rsp); got.Condition != "STATUS_CONDITION_TRUE/InProgress" {
 				t.Errorf("condition %s, want the Job running", got.Condition)
+			}
+		})
+	}
+}
+
+// warningsOf are the reasons of a response's Warning results.
+func warningsOf(rsp *fnv1.RunFunctionResponse) []string {
+	var out []string
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING {
+			out = append(out, r.GetReason())
+		}
+	}
+	return out
+}
+
+// TestFailoverOutcomeOldTimeline: a Job that reports a promotion on a
+// timeline not above the last recorded failover's found a former primary
+// answering, not a promotion of its own: the primary is not moved, the
+// Failover condition and a Warning say so, and the run is recorded so that
+// the Job is dropped and a new one starts while the primary is not ready.
+func TestFailoverOutcomeOldTimeline(t *testing.T) {
+	// analytics-0 failed over to analytics-1 on timeline 3; now 1 is lost.
+	const record = `{count: 1, last: {from: analytics-0, to: analytics-1, reason: PrimaryLost, time: "2026-11-28T02:41:07Z", timeline: 3, lsn: 0/9000060}}`
+	moved := failoverState{Job: true, JobFrom: "1", Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 2, LastTo: "analytics-2",
+		Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	refused := failoverState{Job: true, JobFrom: "1", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 2, LastTo: "analytics-1",
+		Condition: "STATUS_CONDITION_FALSE/" + reasonOldTimeline, Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	cases := map[string]struct {
+		reason string
+		record bool
+		// lost: status.failover is lost while the Job runs (a status
+		// wipe); the Job's LAST_TIMELINE still knows timeline 3.
+		lost     bool
+		outcome  string
+		want     failoverState
+		warnings []string
+		says     []string // the Failover condition's message says these
+	}{
+		"Older": {reason: "a former primary on timeline 2", record: true,
+			outcome: `{"result":"promoted","from":1,"to":0,"timeline":2,"lsn":"0/7000000","reason":"PrimaryLost"}`,
+			want:    refused, warnings: []string{reasonOldTimeline},
+			says: []string{"analytics-failover", "analytics-0 promoted on timeline 2", "not above timeline 3", "status.failover.last.timeline", "the primary stays analytics-1", "a new one promotes a standby", "bring analytics-1 back"}},
+		"Same": {reason: "the lost primary's own timeline is not a promotion", record: true,
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":3,"lsn":"0/9000100","reason":"PrimaryLost"}`,
+			want:    refused, warnings: []string{reasonOldTimeline},
+			says: []string{"analytics-2 promoted on timeline 3", "not above timeline 3"}},
+		"Newer": {reason: "a promotion onto timeline 4 moves the primary", record: true,
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":4,"lsn":"0/9000100","reason":"PrimaryLost"}`,
+			want:    moved},
+		"NoRecordTimelineOne": {reason: "nothing recorded: initdb's timeline 1 is no promotion either",
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":1,"lsn":"0/3000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := refused
+				s.Count, s.LastTo = 1, ""
+				return s
+			}(), warnings: []string{reasonOldTimeline}, says: []string{"not above timeline 1"}},
+		"StatusLostWhileRunning": {reason: "the Job was told timeline 3; the record is gone", record: true, lost: true,
+			outcome: `{"result":"promoted","from":1,"to":0,"timeline":2,"lsn":"0/7000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := refused
+				s.LastTo = ""
+				return s
+			}(), warnings: []string{reasonOldTimeline}, says: []string{"analytics-0 promoted on timeline 2", "not above timeline 3"}},
+		"NoRecordPromoted": {reason: "nothing recorded: timeline 2 is a promotion",
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":2,"lsn":"0/5000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := moved
+				s.Count = 1
+				return s
+			}()},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			setObservedPrimary(req, "1")
+			if tc.record {
+				setFailoverRecord(t, req, record)
+			}
+			cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, false, true)...)
+			rsp := runTestIn(t, req, cluster)
+			if got := failoverStateOf(t, rsp); !got.Job || got.JobFrom != "1" {
+				t.Fatalf("no failover Job of analytics-1: %+v", got)
+			}
+			feedBack(t, req, rsp, true) // the Job completed
+			if tc.lost {
+				delete(structAt(req.Observed.Composite.Resource, "status").Fields, "failover")
+			}
+			rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, tc.outcome)))
+			if d := cmp.Diff(tc.want, failoverStateOf(t, rsp)); d != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, d)
+			}
+			if d := cmp.Diff(tc.warnings, warningsOf(rsp), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s: Warnings (-want +got):\n%s", tc.reason, d)
+			}
+			msg := conditionOf(rsp, condFailover).GetMessage()
+			for _, s := range tc.says {
+				if !strings.Contains(msg, s) {
+					t.Errorf("%s: the Failover condition does not say %q: %s", tc.reason, s, msg)
+				}
+			}
+			if len(tc.warnings) == 0 {
+				return
+			}
+			if rs := rsp.GetResults(); len(rs) != 1 || rs[0].GetMessage() != msg {
+				t.Fatalf("want one Warning saying what the condition says (%q), got %v", msg, rs)
+			}
+
+			// The same outcome again, the condition on the XR: no second
+			// Warning.
+			writeConditions(t, req.Observed.Composite.Resource, rsp)
+			again := runTestIn(t, req, append(cluster, failoverJobPod(t, req, tc.outcome)))
+			if w := warningsOf(again); len(w) != 0 {
+				t.Errorf("warned again once the condition says it: %v", w)
+			}
+			if d := cmp.Diff(desiredOf(rsp), desiredOf(again), protocmp.Transform()); d != "" {
+				t.Errorf("the desired state changed (-first +again):\n%s", d)
+			}
+
+			// Recorded and read back: the Job is dropped, the primary is
+			// still analytics-1.
+			feedBack(t, req, rsp, true)
+			rsp = runTestIn(t, req, cluster)
+			got := failoverStateOf(t, rsp)
+			if got.Job || got.Primary != "1" || got.Selector != "analytics-1" {
+				t.Errorf("once recorded: Job %v, primary %s, selector %s; want the Job dropped, analytics-1 still the primary", got.Job, got.Primary, got.Selector)
+			}
+			// analytics-1 still not ready: a new Job, told the last recorded
+			// timeline (a lost record forgot it), with the next count.
+			feedBack(t, req, rsp, true)
+			rsp = runTestIn(t, req, cluster)
+			wantTL := map[bool]string{true: "3", false: "1"}[tc.record && !tc.lost]
+			if d := cmp.Diff(failoverEnv("1", "async", wantTL, "0 2"), jobEnv(t, rsp)); d != "" {
+				t.Errorf("the next Job's env (-want +got):\n%s", d)
+			}
+			job := decodeInto[batchv1.Job](t, rsp.GetDesired().GetResources()[string(rnFailover)].GetResource())
+			if c, want := job.Annotations[annotationFailoverCount], fmt.Sprint(tc.want.Count); c != want {
+				t.Errorf("the next Job's count %s, want %s", c, want)
 			}
 		})
 	}
