@@ -58,6 +58,7 @@ const (
 	reasonSingleInstance   = "SingleInstance"
 	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
 	reasonOldTimeline      = "OldTimelineRefused"
+	reasonPrimaryInvalid   = "PrimaryOrdinalInvalid"
 	failoverResultPromoted = "promoted"
 	failoverResultNotNeed  = "not-needed"
 
@@ -124,32 +125,62 @@ type failoverPlan struct {
 // observedPrimary is the ordinal the function last made the primary: the
 // observed ConfigMap's key, else the record in status (a ConfigMap deleted by
 // hand), else 0 (a Database composed before failover existed, or new).
-func observedPrimary(o *observed) int {
+//
+// A value read back that names no instance is ignored, as if absent, and
+// warned about: it must never be named primary nor size the StatefulSet (a
+// key primary of 7 on a medium Database once scaled it to 8 instances, as
+// the scale-in guard of makePlan keeps every ordinal up to the primary's).
+// The instances are the most of the observed StatefulSet's replicas and the
+// tier's: a primary above the tier's count after a failover is kept (scaling
+// in below it is refused), one above both is no instance.
+func observedPrimary(db *database, o *observed) (int, *warning) {
+	instances := int(db.Tier.Replicas)
+	if sts := o.StatefulSet; sts != nil && sts.Spec.Replicas != nil {
+		instances = max(instances, int(*sts.Spec.Replicas))
+	}
+	var ignored []string
 	if o.Scripts != nil {
-		if n, err := strconv.Atoi(o.Scripts.Data[keyPrimary]); err == nil && n >= 0 && n < maxInstances {
-			return n
+		if v, ok := o.Scripts.Data[keyPrimary]; ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < instances {
+				return n, nil
+			}
+			ignored = append(ignored, fmt.Sprintf("key %s of ConfigMap %s is %q", keyPrimary, scriptsName(db), v))
 		}
 	}
-	if r := o.FailoverRecord; r != nil && r.Last != nil {
-		if n, ok := ordinalOf(r.Last.To); ok {
-			return n
+	if r := o.FailoverRecord; r != nil && r.Last != nil && r.Last.To != "" {
+		if n, ok := ordinalOf(db, r.Last.To); ok && n < instances {
+			return n, invalidPrimary(db, ignored, instances, n, "status.failover.last.to")
 		}
+		ignored = append(ignored, fmt.Sprintf("status.failover.last.to is %q", r.Last.To))
 	}
-	return 0
+	return 0, invalidPrimary(db, ignored, instances, 0, "nothing valid recorded: ordinal 0, as for a new Database")
 }
 
-// maxInstances bounds an ordinal read back (the tiers allow up to 9).
+// invalidPrimary is the warning about the primary's ordinals ignored, or nil.
+func invalidPrimary(db *database, ignored []string, instances, primary int, from string) *warning {
+	if len(ignored) == 0 {
+		return nil
+	}
+	return &warning{reasonPrimaryInvalid, fmt.Sprintf(
+		"%s: no instance of the %d (%s to %s); ignored, the primary is taken to be %s (%s) and the key rewritten. "+
+			"The function owns key %s: do not edit it. If %s does not answer as a primary (SELECT pg_is_in_recovery() is true there), "+
+			"the failover Job composed while it is not ready (failover on) finds the instance that does, on a newer timeline, and records it",
+		strings.Join(ignored, "; "), instances, podName(db, 0), podName(db, instances-1), podName(db, primary), from,
+		keyPrimary, podName(db, primary))}
+}
+
+// maxInstances bounds spec.primary (the tiers allow up to 9 instances).
 const maxInstances = 9
 
-// ordinalOf is the ordinal of a pod name N-k.
-func ordinalOf(pod string) (int, bool) {
-	for i := len(pod) - 1; i >= 0; i-- {
-		if pod[i] == '-' {
-			n, err := strconv.Atoi(pod[i+1:])
-			return n, err == nil && n >= 0 && n < maxInstances
-		}
+// ordinalOf is the ordinal of pod N-k of the Database, exactly as podName
+// spells it.
+func ordinalOf(db *database, pod string) (int, bool) {
+	k, ok := strings.CutPrefix(pod, db.Name+"-")
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	n, err := strconv.Atoi(k)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == k
 }
 
 // lastTimeline is the timeline the primary writes on as far as the record

@@ -608,3 +608,116 @@ func TestFailoverOutcomeOldTimeline(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimaryOrdinalRead: a primary read back (the ConfigMap's key, else
+// status.failover.last.to) that names no instance is ignored as if absent,
+// with a Warning naming the field: it never sizes the StatefulSet (a key 7
+// scaled a medium Database to 8 instances) nor becomes the primary.
+func TestPrimaryOrdinalRead(t *testing.T) {
+	type want struct {
+		Primary, Selector, Status string
+		Replicas                  int32
+		Warnings                  []string
+		Applied                   string // the SpecApplied condition's reason
+	}
+	ok := func(k string, replicas int32) want {
+		return want{k, "orders-" + k, "orders-" + k, replicas, nil, "Applied"}
+	}
+	ignored := func(k string, replicas int32) want {
+		w := ok(k, replicas)
+		w.Warnings = []string{reasonPrimaryInvalid}
+		return w
+	}
+	cases := map[string]struct {
+		reason  string
+		size    string // the spec's size after running as large; medium when empty
+		primary string // key primary of the observed ConfigMap; "-" removes it, "--" removes the ConfigMap
+		record  string // status.failover.last.to
+		want    want
+		says    []string // the Warning says these
+	}{
+		"Valid": {reason: "an instance's ordinal", primary: "1", want: ok("1", 2)},
+		"NoKey": {reason: "a Database composed before failover: 0, no warning", primary: "-", want: ok("0", 2)},
+		"BeyondMedium": {reason: "key 7 on a medium Database: not 8 instances", primary: "7", want: ignored("0", 2),
+			says: []string{`key primary of ConfigMap orders-scripts is "7"`, "no instance of the 2 (orders-0 to orders-1)", "the primary is taken to be orders-0", "do not edit it"}},
+		"AtCount":    {reason: "2 is not below 2", primary: "2", want: ignored("0", 2)},
+		"Negative":   {reason: "a negative ordinal", primary: "-1", want: ignored("0", 2)},
+		"NotANumber": {reason: "not a number", primary: "one", want: ignored("0", 2)},
+		"Empty":      {reason: "an empty value", primary: "", want: ignored("0", 2)},
+		"StatusValid": {reason: "the key ignored, status.failover.last.to names an instance", primary: "7", record: "orders-1", want: ignored("1", 2),
+			says: []string{`key primary of ConfigMap orders-scripts is "7"`, "the primary is taken to be orders-1 (status.failover.last.to)"}},
+		"StatusBeyond": {reason: "no ConfigMap, status.failover.last.to beyond the instances", primary: "--", record: "orders-7", want: ignored("0", 2),
+			says: []string{`status.failover.last.to is "orders-7"`, "nothing valid recorded"}},
+		"StatusOther": {reason: "status.failover.last.to names another Database's pod", primary: "--", record: "payments-1", want: ignored("0", 2),
+			says: []string{`status.failover.last.to is "payments-1"`}},
+		"BothBeyond": {reason: "both ignored, both named", primary: "8", record: "orders-8", want: ignored("0", 2),
+			says: []string{`ConfigMap orders-scripts is "8"`, `status.failover.last.to is "orders-8"`}},
+		"KeyOverStatus": {reason: "a valid key wins over the record, which is not read", primary: "1", record: "orders-9", want: ok("1", 2)},
+		// Running as large (3 instances), the size asks for medium (2).
+		"ScaleInBelowPrimary": {reason: "a real primary 2 above the new size keeps 3 instances", size: "large", primary: "2",
+			want: want{"2", "orders-2", "orders-2", 3, []string{reasonScaleInBlocked}, reasonScaleInBlocked}},
+		"ScaleInBeyondBoth": {reason: "key 7 above both the StatefulSet's 3 and medium's 2: scaled in to 2", size: "large", primary: "7",
+			want: want{"0", "orders-0", "orders-0", 2, []string{reasonPrimaryInvalid}, "Applied"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			xr := validXR
+			if tc.size != "" {
+				xr = strings.Replace(validXR, "size: medium", "size: "+tc.size, 1)
+			}
+			req := runningRequest(t, xr)
+			setSpec(t, req, `{version: "16", size: medium}`)
+			switch tc.primary {
+			case "--":
+				delete(req.Observed.Resources, string(rnScripts))
+			case "-":
+				delete(structAt(req.Observed.Resources[string(rnScripts)].GetResource(), "data").Fields, keyPrimary)
+			default:
+				setObservedPrimary(req, tc.primary)
+			}
+			if tc.record != "" {
+				setFailoverRecord(t, req, fmt.Sprintf(`{count: 1, last: {from: orders-0, to: %s, reason: PrimaryLost, timeline: 2}}`, tc.record))
+			}
+			// Every instance ready: no failover starts.
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), podsReady(t, "orders", "shop", 9)...))
+			rs := rsp.GetDesired().GetResources()
+			cm := decodeInto[corev1.ConfigMap](t, rs[string(rnScripts)].GetResource())
+			svc := decodeInto[corev1.Service](t, rs[string(rnService)].GetResource())
+			got := want{
+				Primary:  cm.Data[keyPrimary],
+				Selector: svc.Spec.Selector[labelPodName],
+				Status:   stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "primary"),
+				Replicas: *desiredSTS(t, rsp).Spec.Replicas,
+				Warnings: warningsOf(rsp),
+				Applied:  conditionOf(rsp, condSpecApplied).GetReason(),
+			}
+			if d := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, d)
+			}
+			var warning string
+			for _, r := range rsp.GetResults() {
+				if r.GetReason() == reasonPrimaryInvalid {
+					warning = r.GetMessage()
+				}
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(warning, s) {
+					t.Errorf("%s: the Warning does not say %q: %s", tc.reason, s, warning)
+				}
+			}
+			if warning != "" && !strings.Contains(conditionOf(rsp, condFailover).GetMessage(), warning) {
+				t.Errorf("the Failover condition does not say the Warning: %s", conditionOf(rsp, condFailover).GetMessage())
+			}
+		})
+	}
+}
+
+// podsReady are n ready instance pods of Database name in ns.
+func podsReady(t *testing.T, name, ns string, n int) []*structpb.Struct {
+	t.Helper()
+	var out []*structpb.Struct
+	for k := range n {
+		out = append(out, yamlStruct(t, fmt.Sprintf(`{apiVersion: v1, kind: Pod, metadata: {name: %s-%d, namespace: %s, labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: %s, app.kubernetes.io/component: database}}, status: {conditions: [{type: Ready, status: "True"}]}}`, name, k, ns, name)))
+	}
+	return out
+}

@@ -57,7 +57,7 @@ func TestNewlyBlocked(t *testing.T) {
 // Failover condition does not say it, whatever the condition's status.
 func TestNewlyWarned(t *testing.T) {
 	refused := warning{reasonOldTimeline, "failover Job orders-failover reported orders-0 promoted on timeline 2, not above timeline 3"}
-	invalid := warning{"PrimaryOrdinalInvalid", `key primary of ConfigMap orders-scripts is "7": no instance of the 2`}
+	invalid := warning{reasonPrimaryInvalid, `key primary of ConfigMap orders-scripts is "7": no instance of the 2`}
 	xr := func(conds ...any) *structpb.Struct {
 		s, err := structpb.NewStruct(map[string]any{"apiVersion": "example.com/v1", "kind": "Database", "status": map[string]any{"conditions": conds}})
 		if err != nil {
