@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -38,8 +39,12 @@ import (
 //     (status.failover.count = count+1) and, if it promoted ordinal T, make
 //     T the primary now: ConfigMap key primary, the rw Service's selector,
 //     status.primary. The Job stays composed until the record is read back,
-//     so a lost status write only repeats the recording.
-//   - the Job ended and is recorded → drop it.
+//     so a lost status write only repeats the recording. A promotion on a
+//     timeline not above the last recorded failover's is refused (a former
+//     primary answering, not this failover's promotion): recorded as a run,
+//     the primary unmoved, a Warning.
+//   - the Job ended and is recorded → drop it: while the primary is still
+//     not ready, the next reconcile composes a new Job.
 const (
 	condFailover = "Failover"
 
@@ -52,6 +57,8 @@ const (
 	reasonFailoverOff      = "Disabled"
 	reasonSingleInstance   = "SingleInstance"
 	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
+	reasonOldTimeline      = "OldTimelineRefused"
+	reasonPrimaryInvalid   = "PrimaryOrdinalInvalid"
 	failoverResultPromoted = "promoted"
 	failoverResultNotNeed  = "not-needed"
 
@@ -110,37 +117,80 @@ type failoverPlan struct {
 	Require   map[string]*fnv1.ResourceSelector
 	// InProgress: a failover Job runs (the Database is not Ready).
 	InProgress bool
+	// Warnings are Warning results; the Failover condition's message says
+	// each too (newlyWarned).
+	Warnings []warning
 }
 
 // observedPrimary is the ordinal the function last made the primary: the
 // observed ConfigMap's key, else the record in status (a ConfigMap deleted by
 // hand), else 0 (a Database composed before failover existed, or new).
-func observedPrimary(o *observed) int {
+//
+// A value read back that names no instance is ignored, as if absent, and
+// warned about: it must never be named primary nor size the StatefulSet (a
+// key primary of 7 on a medium Database once scaled it to 8 instances, as
+// the scale-in guard of makePlan keeps every ordinal up to the primary's).
+// The instances are the most of the observed StatefulSet's replicas and the
+// tier's: a primary above the tier's count after a failover is kept (scaling
+// in below it is refused), one above both is no instance.
+func observedPrimary(db *database, o *observed) (int, *warning) {
+	instances := int(db.Tier.Replicas)
+	if sts := o.StatefulSet; sts != nil && sts.Spec.Replicas != nil {
+		instances = max(instances, int(*sts.Spec.Replicas))
+	}
+	var ignored []string
 	if o.Scripts != nil {
-		if n, err := strconv.Atoi(o.Scripts.Data[keyPrimary]); err == nil && n >= 0 && n < maxInstances {
-			return n
+		if v, ok := o.Scripts.Data[keyPrimary]; ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < instances {
+				return n, nil
+			}
+			ignored = append(ignored, fmt.Sprintf("key %s of ConfigMap %s is %q", keyPrimary, scriptsName(db), v))
 		}
 	}
-	if r := o.FailoverRecord; r != nil && r.Last != nil {
-		if n, ok := ordinalOf(r.Last.To); ok {
-			return n
+	if r := o.FailoverRecord; r != nil && r.Last != nil && r.Last.To != "" {
+		if n, ok := ordinalOf(db, r.Last.To); ok && n < instances {
+			return n, invalidPrimary(db, ignored, instances, n, "status.failover.last.to")
 		}
+		ignored = append(ignored, fmt.Sprintf("status.failover.last.to is %q", r.Last.To))
 	}
-	return 0
+	return 0, invalidPrimary(db, ignored, instances, 0, "nothing valid recorded: ordinal 0, as for a new Database")
 }
 
-// maxInstances bounds an ordinal read back (the tiers allow up to 9).
+// invalidPrimary is the warning about the primary's ordinals ignored, or nil.
+func invalidPrimary(db *database, ignored []string, instances, primary int, from string) *warning {
+	if len(ignored) == 0 {
+		return nil
+	}
+	return &warning{reasonPrimaryInvalid, fmt.Sprintf(
+		"%s: no instance of the %d (%s to %s); ignored, the primary is taken to be %s (%s) and the key rewritten. "+
+			"The function owns key %s: do not edit it. If %s does not answer as a primary (SELECT pg_is_in_recovery() is true there), "+
+			"the failover Job composed while it is not ready (failover on) finds the instance that does, on a newer timeline, and records it",
+		strings.Join(ignored, "; "), instances, podName(db, 0), podName(db, instances-1), podName(db, primary), from,
+		keyPrimary, podName(db, primary))}
+}
+
+// maxInstances bounds spec.primary (the tiers allow up to 9 instances).
 const maxInstances = 9
 
-// ordinalOf is the ordinal of a pod name N-k.
-func ordinalOf(pod string) (int, bool) {
-	for i := len(pod) - 1; i >= 0; i-- {
-		if pod[i] == '-' {
-			n, err := strconv.Atoi(pod[i+1:])
-			return n, err == nil && n >= 0 && n < maxInstances
-		}
+// ordinalOf is the ordinal of pod N-k of the Database, exactly as podName
+// spells it.
+func ordinalOf(db *database, pod string) (int, bool) {
+	k, ok := strings.CutPrefix(pod, db.Name+"-")
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	n, err := strconv.Atoi(k)
+	return n, err == nil && n >= 0 && strconv.Itoa(n) == k
+}
+
+// lastTimeline is the timeline the primary writes on as far as the record
+// knows: the last recorded failover's, 1 (initdb's) when none is recorded.
+// A failover Job gets it (LAST_TIMELINE), and its outcome must be above it.
+func lastTimeline(r *failoverRecord) int64 {
+	if r != nil && r.Last != nil && r.Last.Timeline > 0 {
+		return r.Last.Timeline
+	}
+	return 1
 }
 
 // planFailover decides failover for this reconcile (see the comment at the
@@ -168,7 +218,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
 			target = t
 		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target)
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, frozenFacts(job))
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -185,7 +235,16 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		case jobSucceeded(job):
 			fp.Job = frozen
 			fp.Record.Count = count + 1
-			if out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from {
+			promoted := out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from
+			if known := knownTimeline(fp.Record, job); promoted && out.Timeline <= known {
+				// Recorded as a run (the Job is dropped once read back, and
+				// a new one starts while the primary is not ready), but
+				// the primary is not moved.
+				fp.Condition = oldTimeline(db, frozen.Name, from, out, known)
+				fp.Warnings = append(fp.Warnings, warning{reasonOldTimeline, fp.Condition.Message})
+				return fp
+			}
+			if promoted {
 				fp.Primary = out.To
 				reason := reasonPrimaryLost
 				if target >= 0 {
@@ -235,7 +294,7 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 		return fp
 	}
 	if !o.Instances.Ready[primaryPod] {
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
@@ -254,10 +313,35 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 				return fp
 			}
 		}
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = switchoverRunning(db, fp.Primary, *t)
 	}
 	return fp
+}
+
+// oldTimeline refuses a promotion the Job reported on a timeline not above
+// known: the instance that answers is a former primary (or a server started
+// anew), and making it the primary would lose what was written since.
+func oldTimeline(db *database, job string, from int, out failoverOutcome, known int64) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonOldTimeline, fmt.Sprintf(
+		"failover Job %s reported %s promoted on timeline %d, not above timeline %d of the last recorded failover (status.failover.last.timeline, the Job's LAST_TIMELINE): refused, the primary stays %s. "+
+			"An instance answering as a primary on an old timeline is a former primary and lacks what was written since; "+
+			"the Job is dropped and a new one promotes a standby while %s is not ready. %s stops by its probe and rejoins as a standby once a primary on a newer timeline answers; "+
+			"if no standby can be promoted, bring %s back",
+		job, podName(db, out.To), out.Timeline, known, podName(db, from), podName(db, from), podName(db, out.To), podName(db, from))}
+}
+
+// knownTimeline is the timeline a promotion must be above: the last
+// recorded failover's, or what the Job was given when that is higher (a
+// status lost while the Job ran).
+func knownTimeline(r *failoverRecord, job *batchv1.Job) int64 {
+	known := lastTimeline(r)
+	for _, e := range frozenFacts(job) {
+		if n, err := strconv.ParseInt(e.Value, 10, 64); e.Name == envLastTimeline && err == nil && n > known {
+			known = n
+		}
+	}
+	return known
 }
 
 func switchoverRunning(db *database, from, to int) condition {
@@ -303,9 +387,49 @@ func frozenImage(j *batchv1.Job, fallback string) string {
 	return fallback
 }
 
+// failoverFacts are what a new failover Job is told of the state it was
+// composed in (names.go): the durability, the timeline of the last recorded
+// failover (1 when none is), and the standbys fit to promote: those whose
+// pods were ready (the standby's readiness requires it to stream, recently
+// and not far behind), ascending, without the lost primary from.
+func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1.EnvVar {
+	var qualified []string
+	for k := range int(replicas) {
+		if k != from && o.Instances.Ready[podName(db, k)] {
+			qualified = append(qualified, strconv.Itoa(k))
+		}
+	}
+	return []corev1.EnvVar{
+		{Name: envDurability, Value: db.Durability},
+		{Name: envLastTimeline, Value: strconv.FormatInt(lastTimeline(o.FailoverRecord), 10)},
+		{Name: envQualifiedOrdinals, Value: strings.Join(qualified, " ")},
+	}
+}
+
+// frozenFacts are the failoverFacts an observed Job was composed with, as
+// they were: the state has moved on since (a standby's readiness), and the
+// Job's pod template is immutable. A Job composed before one of them
+// existed goes on without it.
+func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, name := range []string{envDurability, envLastTimeline, envQualifiedOrdinals} {
+	search:
+		for _, c := range j.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name == name && e.ValueFrom == nil {
+					out = append(out, corev1.EnvVar{Name: name, Value: e.Value})
+					break search
+				}
+			}
+		}
+	}
+	return out
+}
+
 // failoverJob runs failover.sh once against the instances: a failover of
 // the lost primary from, or with target >= 0 a planned switchover to target.
-func failoverJob(db *database, from int, count int64, image string, replicas int32, target int) *batchv1.Job {
+// facts are failoverFacts, or frozenFacts of the observed Job.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: "DATABASE", Value: db.Name},
 		{Name: "PRIMARY_ORDINAL", Value: strconv.Itoa(from)},
@@ -316,6 +440,7 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 		{Name: "GRACE_SECONDS", Value: strconv.Itoa(int(db.FailoverGrace))},
 		{Name: "STARTING_MAX_SECONDS", Value: strconv.Itoa(failoverStartingMax)},
 	}
+	env = append(env, facts...)
 	ann := map[string]string{
 		annotationFailoverFrom:  strconv.Itoa(from),
 		annotationFailoverCount: strconv.FormatInt(count, 10),

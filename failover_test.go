@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -251,7 +254,7 @@ func TestFailoverNotStarted(t *testing.T) {
 // container checks as every other pod the function composes.
 func TestFailoverJobSecure(t *testing.T) {
 	db := testDB()
-	j := failoverJob(db, 0, 0, "postgres:16", 3, -1)
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, nil)
 	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
 		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
 	}
@@ -317,4 +320,404 @@ func TestSwitchover(t *testing.T) {
 	if got := failoverStateOf(t, rsp); got.Job || got.Primary != "1" {
 		t.Errorf("once recorded: Job %v, primary %s; want no Job, primary 1", got.Job, got.Primary)
 	}
+}
+
+// largeSteady is the large example (analytics, 3 instances) running and
+// fed back: the request of the next reconcile.
+func largeSteady(t *testing.T) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), compositionInput(t, "example/composition.yaml"))
+	rsp := runTest(t, req)
+	for range 2 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	feedBack(t, req, rsp, true)
+	return req
+}
+
+// setObservedPrimary sets key primary of the observed scripts ConfigMap.
+func setObservedPrimary(req *fnv1.RunFunctionRequest, v string) {
+	structAt(req.Observed.Resources[string(rnScripts)].GetResource(), "data").Fields[keyPrimary] = structpb.NewStringValue(v)
+}
+
+// setSpecField sets one field of the observed XR's spec.
+func setSpecField(req *fnv1.RunFunctionRequest, k string, v *structpb.Value) {
+	req.Observed.Composite.Resource.GetFields()["spec"].GetStructValue().Fields[k] = v
+}
+
+// setFailoverRecord sets the observed XR's status.failover.
+func setFailoverRecord(t *testing.T, req *fnv1.RunFunctionRequest, y string) {
+	t.Helper()
+	xr := req.Observed.Composite.Resource
+	if structAt(xr, "status") == nil {
+		xr.Fields["status"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}})
+	}
+	structAt(xr, "status").Fields["failover"] = structpb.NewStructValue(yamlStruct(t, y))
+}
+
+// jobEnv is the env of the desired failover Job, or nil without one.
+func jobEnv(t *testing.T, rsp *fnv1.RunFunctionResponse) []corev1.EnvVar {
+	t.Helper()
+	j := rsp.GetDesired().GetResources()[string(rnFailover)].GetResource()
+	if j == nil {
+		return nil
+	}
+	return decodeInto[batchv1.Job](t, j).Spec.Template.Spec.Containers[0].Env
+}
+
+// failoverEnv is the env failoverJob writes for analytics: the fixed part,
+// then the facts, then the switchover's.
+func failoverEnv(from, durability, lastTimeline, qualified string, extra ...corev1.EnvVar) []corev1.EnvVar {
+	return append([]corev1.EnvVar{
+		{Name: "DATABASE", Value: "analytics"},
+		{Name: "PRIMARY_ORDINAL", Value: from},
+		{Name: "INSTANCES", Value: "3"},
+		{Name: "PEER_DOMAIN", Value: "analytics-hl.data.svc.cluster.local"},
+		{Name: "PGPORT", Value: "5432"},
+		{Name: "ADMIN_SECRET_DIR", Value: "/etc/database/superuser"},
+		{Name: "GRACE_SECONDS", Value: "10"},
+		{Name: "STARTING_MAX_SECONDS", Value: "120"},
+		{Name: envDurability, Value: durability},
+		{Name: envLastTimeline, Value: lastTimeline},
+		{Name: envQualifiedOrdinals, Value: qualified},
+	}, extra...)
+}
+
+// TestFailoverJobFacts: a failover or switchover Job is told the durability,
+// the last recorded timeline (1 when none is) and the standbys whose pods
+// were ready, ascending, without the lost primary: the only ones it may
+// promote.
+func TestFailoverJobFacts(t *testing.T) {
+	last3 := `{count: 1, last: {from: analytics-0, to: analytics-2, reason: PrimaryLost, time: "2026-11-28T02:41:07Z", timeline: 3, lsn: 0/9000060}}`
+	cases := map[string]struct {
+		reason  string
+		spec    map[string]*structpb.Value // fields set in large.yaml's spec
+		primary string                     // the observed ConfigMap's key primary, when set
+		record  string                     // status.failover, when set
+		ready   []bool
+		want    []corev1.EnvVar
+	}{
+		"BothStandbysReady": {reason: "every standby ready", ready: []bool{false, true, true},
+			want: failoverEnv("0", "async", "1", "1 2")},
+		"OneStandbyReady": {reason: "an unready standby is not fit to promote", ready: []bool{false, false, true},
+			want: failoverEnv("0", "async", "1", "2")},
+		"NoStandbyReady": {reason: "none ready: an empty list", ready: []bool{false, false, false},
+			want: failoverEnv("0", "async", "1", "")},
+		"Sync": {reason: "spec.durability as resolved", spec: map[string]*structpb.Value{"durability": structpb.NewStringValue("sync")}, ready: []bool{false, true, false},
+			want: failoverEnv("0", "sync", "1", "1")},
+		"AfterAFailover": {reason: "the last recorded timeline; the lost primary 2 is not a candidate, 0 is", primary: "2", record: last3, ready: []bool{true, true, false},
+			want: failoverEnv("2", "async", "3", "0 1")},
+		"Switchover": {reason: "the same facts for a switchover (every instance ready)", spec: map[string]*structpb.Value{"primary": structpb.NewNumberValue(1)}, ready: []bool{true, true, true},
+			want: failoverEnv("0", "async", "1", "1 2", corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: "1"})},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			for k, v := range tc.spec {
+				setSpecField(req, k, v)
+			}
+			if tc.primary != "" {
+				setObservedPrimary(req, tc.primary)
+			}
+			if tc.record != "" {
+				setFailoverRecord(t, req, tc.record)
+			}
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, tc.ready...)...))
+			if d := cmp.Diff(tc.want, jobEnv(t, rsp)); d != "" {
+				t.Errorf("%s: the Job's env (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
+
+// TestFailoverJobFactsFrozen: the facts are those of the Job's composition.
+// A standby's readiness or the durability changing while the Job runs
+// changes nothing of the Job (its pod template is immutable), and a Job
+// composed before the facts existed is kept without them.
+func TestFailoverJobFactsFrozen(t *testing.T) {
+	cases := map[string]struct {
+		reason string
+		strip  bool // the observed Job lacks the facts (an older function composed it)
+		want   []corev1.EnvVar
+	}{
+		"Composed": {reason: "kept as composed", want: failoverEnv("0", "async", "1", "1 2")},
+		"OlderJob": {reason: "kept without them", strip: true, want: failoverEnv("0", "async", "1", "1 2")[:8]},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, true, true)...))
+			feedBack(t, req, rsp, false) // the Job runs
+			job := req.Observed.Resources[string(rnFailover)].GetResource()
+			if job == nil {
+				t.Fatal("no failover Job composed")
+			}
+			if tc.strip {
+				c := structAt(job, "spec", "template", "spec").GetFields()["containers"].GetListValue().GetValues()[0].GetStructValue()
+				env := c.GetFields()["env"].GetListValue()
+				env.Values = env.Values[:8]
+			}
+			// Since then: a standby turned unready, the durability changed.
+			setSpecField(req, "durability", structpb.NewStringValue("sync"))
+			rsp = runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, false, true)...))
+			if d := cmp.Diff(tc.want, jobEnv(t, rsp)); d != "" {
+				t.Errorf("%s: the running Job's env (-want +got):\n%s", tc.reason, d)
+			}
+			if got := failoverStateOf(t, rsp); got.Condition != "STATUS_CONDITION_TRUE/InProgress" {
+				t.Errorf("condition %s, want the Job running", got.Condition)
+			}
+		})
+	}
+}
+
+// warningsOf are the reasons of a response's Warning results.
+func warningsOf(rsp *fnv1.RunFunctionResponse) []string {
+	var out []string
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING {
+			out = append(out, r.GetReason())
+		}
+	}
+	return out
+}
+
+// TestFailoverOutcomeOldTimeline: a Job that reports a promotion on a
+// timeline not above the last recorded failover's found a former primary
+// answering, not a promotion of its own: the primary is not moved, the
+// Failover condition and a Warning say so, and the run is recorded so that
+// the Job is dropped and a new one starts while the primary is not ready.
+func TestFailoverOutcomeOldTimeline(t *testing.T) {
+	// analytics-0 failed over to analytics-1 on timeline 3; now 1 is lost.
+	const record = `{count: 1, last: {from: analytics-0, to: analytics-1, reason: PrimaryLost, time: "2026-11-28T02:41:07Z", timeline: 3, lsn: 0/9000060}}`
+	moved := failoverState{Job: true, JobFrom: "1", Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 2, LastTo: "analytics-2",
+		Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	refused := failoverState{Job: true, JobFrom: "1", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 2, LastTo: "analytics-1",
+		Condition: "STATUS_CONDITION_FALSE/" + reasonOldTimeline, Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	cases := map[string]struct {
+		reason string
+		record bool
+		// lost: status.failover is lost while the Job runs (a status
+		// wipe); the Job's LAST_TIMELINE still knows timeline 3.
+		lost     bool
+		outcome  string
+		want     failoverState
+		warnings []string
+		says     []string // the Failover condition's message says these
+	}{
+		"Older": {reason: "a former primary on timeline 2", record: true,
+			outcome: `{"result":"promoted","from":1,"to":0,"timeline":2,"lsn":"0/7000000","reason":"PrimaryLost"}`,
+			want:    refused, warnings: []string{reasonOldTimeline},
+			says: []string{"analytics-failover", "analytics-0 promoted on timeline 2", "not above timeline 3", "status.failover.last.timeline", "the primary stays analytics-1", "a new one promotes a standby", "bring analytics-1 back"}},
+		"Same": {reason: "the lost primary's own timeline is not a promotion", record: true,
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":3,"lsn":"0/9000100","reason":"PrimaryLost"}`,
+			want:    refused, warnings: []string{reasonOldTimeline},
+			says: []string{"analytics-2 promoted on timeline 3", "not above timeline 3"}},
+		"Newer": {reason: "a promotion onto timeline 4 moves the primary", record: true,
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":4,"lsn":"0/9000100","reason":"PrimaryLost"}`,
+			want:    moved},
+		"NoRecordTimelineOne": {reason: "nothing recorded: initdb's timeline 1 is no promotion either",
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":1,"lsn":"0/3000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := refused
+				s.Count, s.LastTo = 1, ""
+				return s
+			}(), warnings: []string{reasonOldTimeline}, says: []string{"not above timeline 1"}},
+		"StatusLostWhileRunning": {reason: "the Job was told timeline 3; the record is gone", record: true, lost: true,
+			outcome: `{"result":"promoted","from":1,"to":0,"timeline":2,"lsn":"0/7000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := refused
+				s.LastTo = ""
+				return s
+			}(), warnings: []string{reasonOldTimeline}, says: []string{"analytics-0 promoted on timeline 2", "not above timeline 3"}},
+		"NoRecordPromoted": {reason: "nothing recorded: timeline 2 is a promotion",
+			outcome: `{"result":"promoted","from":1,"to":2,"timeline":2,"lsn":"0/5000000","reason":"PrimaryLost"}`,
+			want: func() failoverState {
+				s := moved
+				s.Count = 1
+				return s
+			}()},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			setObservedPrimary(req, "1")
+			if tc.record {
+				setFailoverRecord(t, req, record)
+			}
+			cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, false, true)...)
+			rsp := runTestIn(t, req, cluster)
+			if got := failoverStateOf(t, rsp); !got.Job || got.JobFrom != "1" {
+				t.Fatalf("no failover Job of analytics-1: %+v", got)
+			}
+			feedBack(t, req, rsp, true) // the Job completed
+			if tc.lost {
+				delete(structAt(req.Observed.Composite.Resource, "status").Fields, "failover")
+			}
+			rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, tc.outcome)))
+			if d := cmp.Diff(tc.want, failoverStateOf(t, rsp)); d != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, d)
+			}
+			if d := cmp.Diff(tc.warnings, warningsOf(rsp), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s: Warnings (-want +got):\n%s", tc.reason, d)
+			}
+			msg := conditionOf(rsp, condFailover).GetMessage()
+			for _, s := range tc.says {
+				if !strings.Contains(msg, s) {
+					t.Errorf("%s: the Failover condition does not say %q: %s", tc.reason, s, msg)
+				}
+			}
+			if len(tc.warnings) == 0 {
+				return
+			}
+			if rs := rsp.GetResults(); len(rs) != 1 || rs[0].GetMessage() != msg {
+				t.Fatalf("want one Warning saying what the condition says (%q), got %v", msg, rs)
+			}
+
+			// The same outcome again, the condition on the XR: no second
+			// Warning.
+			writeConditions(t, req.Observed.Composite.Resource, rsp)
+			again := runTestIn(t, req, append(cluster, failoverJobPod(t, req, tc.outcome)))
+			if w := warningsOf(again); len(w) != 0 {
+				t.Errorf("warned again once the condition says it: %v", w)
+			}
+			if d := cmp.Diff(desiredOf(rsp), desiredOf(again), protocmp.Transform()); d != "" {
+				t.Errorf("the desired state changed (-first +again):\n%s", d)
+			}
+
+			// Recorded and read back: the Job is dropped, the primary is
+			// still analytics-1.
+			feedBack(t, req, rsp, true)
+			rsp = runTestIn(t, req, cluster)
+			got := failoverStateOf(t, rsp)
+			if got.Job || got.Primary != "1" || got.Selector != "analytics-1" {
+				t.Errorf("once recorded: Job %v, primary %s, selector %s; want the Job dropped, analytics-1 still the primary", got.Job, got.Primary, got.Selector)
+			}
+			// analytics-1 still not ready: a new Job, told the last recorded
+			// timeline (a lost record forgot it), with the next count.
+			feedBack(t, req, rsp, true)
+			rsp = runTestIn(t, req, cluster)
+			wantTL := map[bool]string{true: "3", false: "1"}[tc.record && !tc.lost]
+			if d := cmp.Diff(failoverEnv("1", "async", wantTL, "0 2"), jobEnv(t, rsp)); d != "" {
+				t.Errorf("the next Job's env (-want +got):\n%s", d)
+			}
+			job := decodeInto[batchv1.Job](t, rsp.GetDesired().GetResources()[string(rnFailover)].GetResource())
+			if c, want := job.Annotations[annotationFailoverCount], fmt.Sprint(tc.want.Count); c != want {
+				t.Errorf("the next Job's count %s, want %s", c, want)
+			}
+		})
+	}
+}
+
+// TestPrimaryOrdinalRead: a primary read back (the ConfigMap's key, else
+// status.failover.last.to) that names no instance is ignored as if absent,
+// with a Warning naming the field: it never sizes the StatefulSet (a key 7
+// scaled a medium Database to 8 instances) nor becomes the primary.
+func TestPrimaryOrdinalRead(t *testing.T) {
+	type want struct {
+		Primary, Selector, Status string
+		Replicas                  int32
+		Warnings                  []string
+		Applied                   string // the SpecApplied condition's reason
+	}
+	ok := func(k string, replicas int32) want {
+		return want{k, "orders-" + k, "orders-" + k, replicas, nil, "Applied"}
+	}
+	ignored := func(k string, replicas int32) want {
+		w := ok(k, replicas)
+		w.Warnings = []string{reasonPrimaryInvalid}
+		return w
+	}
+	cases := map[string]struct {
+		reason  string
+		size    string // the spec's size after running as large; medium when empty
+		primary string // key primary of the observed ConfigMap; "-" removes it, "--" removes the ConfigMap
+		record  string // status.failover.last.to
+		want    want
+		says    []string // the Warning says these
+	}{
+		"Valid": {reason: "an instance's ordinal", primary: "1", want: ok("1", 2)},
+		"NoKey": {reason: "a Database composed before failover: 0, no warning", primary: "-", want: ok("0", 2)},
+		"BeyondMedium": {reason: "key 7 on a medium Database: not 8 instances", primary: "7", want: ignored("0", 2),
+			says: []string{`key primary of ConfigMap orders-scripts is "7"`, "no instance of the 2 (orders-0 to orders-1)", "the primary is taken to be orders-0", "do not edit it"}},
+		"AtCount":    {reason: "2 is not below 2", primary: "2", want: ignored("0", 2)},
+		"Negative":   {reason: "a negative ordinal", primary: "-1", want: ignored("0", 2)},
+		"NotANumber": {reason: "not a number", primary: "one", want: ignored("0", 2)},
+		"Empty":      {reason: "an empty value", primary: "", want: ignored("0", 2)},
+		"StatusValid": {reason: "the key ignored, status.failover.last.to names an instance", primary: "7", record: "orders-1", want: ignored("1", 2),
+			says: []string{`key primary of ConfigMap orders-scripts is "7"`, "the primary is taken to be orders-1 (status.failover.last.to)"}},
+		"StatusBeyond": {reason: "no ConfigMap, status.failover.last.to beyond the instances", primary: "--", record: "orders-7", want: ignored("0", 2),
+			says: []string{`status.failover.last.to is "orders-7"`, "nothing valid recorded"}},
+		"StatusOther": {reason: "status.failover.last.to names another Database's pod", primary: "--", record: "payments-1", want: ignored("0", 2),
+			says: []string{`status.failover.last.to is "payments-1"`}},
+		"BothBeyond": {reason: "both ignored, both named", primary: "8", record: "orders-8", want: ignored("0", 2),
+			says: []string{`ConfigMap orders-scripts is "8"`, `status.failover.last.to is "orders-8"`}},
+		"KeyOverStatus": {reason: "a valid key wins over the record, which is not read", primary: "1", record: "orders-9", want: ok("1", 2)},
+		// Running as large (3 instances), the size asks for medium (2).
+		"ScaleInBelowPrimary": {reason: "a real primary 2 above the new size keeps 3 instances", size: "large", primary: "2",
+			want: want{"2", "orders-2", "orders-2", 3, []string{reasonScaleInBlocked}, reasonScaleInBlocked}},
+		"ScaleInBeyondBoth": {reason: "key 7 above both the StatefulSet's 3 and medium's 2: scaled in to 2", size: "large", primary: "7",
+			want: want{"0", "orders-0", "orders-0", 2, []string{reasonPrimaryInvalid}, "Applied"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			xr := validXR
+			if tc.size != "" {
+				xr = strings.Replace(validXR, "size: medium", "size: "+tc.size, 1)
+			}
+			req := runningRequest(t, xr)
+			setSpec(t, req, `{version: "16", size: medium}`)
+			switch tc.primary {
+			case "--":
+				delete(req.Observed.Resources, string(rnScripts))
+			case "-":
+				delete(structAt(req.Observed.Resources[string(rnScripts)].GetResource(), "data").Fields, keyPrimary)
+			default:
+				setObservedPrimary(req, tc.primary)
+			}
+			if tc.record != "" {
+				setFailoverRecord(t, req, fmt.Sprintf(`{count: 1, last: {from: orders-0, to: %s, reason: PrimaryLost, timeline: 2}}`, tc.record))
+			}
+			// Every instance ready: no failover starts.
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), podsReady(t, "orders", "shop", 9)...))
+			rs := rsp.GetDesired().GetResources()
+			cm := decodeInto[corev1.ConfigMap](t, rs[string(rnScripts)].GetResource())
+			svc := decodeInto[corev1.Service](t, rs[string(rnService)].GetResource())
+			got := want{
+				Primary:  cm.Data[keyPrimary],
+				Selector: svc.Spec.Selector[labelPodName],
+				Status:   stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "primary"),
+				Replicas: *desiredSTS(t, rsp).Spec.Replicas,
+				Warnings: warningsOf(rsp),
+				Applied:  conditionOf(rsp, condSpecApplied).GetReason(),
+			}
+			if d := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, d)
+			}
+			var warning string
+			for _, r := range rsp.GetResults() {
+				if r.GetReason() == reasonPrimaryInvalid {
+					warning = r.GetMessage()
+				}
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(warning, s) {
+					t.Errorf("%s: the Warning does not say %q: %s", tc.reason, s, warning)
+				}
+			}
+			if warning != "" && !strings.Contains(conditionOf(rsp, condFailover).GetMessage(), warning) {
+				t.Errorf("the Failover condition does not say the Warning: %s", conditionOf(rsp, condFailover).GetMessage())
+			}
+		})
+	}
+}
+
+// podsReady are n ready instance pods of Database name in ns.
+func podsReady(t *testing.T, name, ns string, n int) []*structpb.Struct {
+	t.Helper()
+	var out []*structpb.Struct
+	for k := range n {
+		out = append(out, yamlStruct(t, fmt.Sprintf(`{apiVersion: v1, kind: Pod, metadata: {name: %s-%d, namespace: %s, labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: %s, app.kubernetes.io/component: database}}, status: {conditions: [{type: Ready, status: "True"}]}}`, name, k, ns, name)))
+	}
+	return out
 }

@@ -54,7 +54,8 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p := &plan{Image: image(db), Major: db.Version.Major, Passwords: resolvePasswords(o, generate)}
 	p.Initialized = initialized(o)
 	sts := o.StatefulSet
-	p.Primary = observedPrimary(o)
+	primary, invalid := observedPrimary(db, o)
+	p.Primary = primary
 	if p.Primary >= int(db.Tier.Replicas) {
 		// Scaling in removes the highest ordinals: never the primary's.
 		p.Blocked = append(p.Blocked, blocked{reasonScaleInBlocked, fmt.Sprintf(
@@ -89,6 +90,10 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p.Blocked = append(p.Blocked, b...)
 	p.Failover = planFailover(db, p, o, db.Tier.Replicas)
 	p.Primary = p.Failover.Primary
+	if invalid != nil {
+		p.Failover.Warnings = append([]warning{*invalid}, p.Failover.Warnings...)
+		p.Failover.Condition.Message += "; " + invalid.Message
+	}
 	return p
 }
 

@@ -33,6 +33,27 @@ func newlyBlocked(xr *structpb.Struct, bs []blocked) []blocked {
 	return out
 }
 
+// warning is a Warning result that is no blocked spec change: something
+// read back that the function ignored or refused (failover.go). The
+// condition of its concern says it too, which newlyWarned relies on.
+type warning struct {
+	Reason, Message string
+}
+
+// newlyWarned returns the warnings the observed XR's Failover condition
+// does not say yet, as newlyBlocked does for SpecApplied: a Warning once,
+// when it first appears, not on every call.
+func newlyWarned(xr *structpb.Struct, ws []warning) []warning {
+	c := observedCondition(xr, condFailover)
+	var out []warning
+	for _, w := range ws {
+		if c == nil || !strings.Contains(c.Message, w.Message) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // observedCondition is the condition of type typ in the observed XR's
 // status, or nil. Crossplane writes a function's conditions there with the
 // fields of a metav1.Condition.

@@ -53,6 +53,44 @@ func TestNewlyBlocked(t *testing.T) {
 	}
 }
 
+// TestNewlyWarned: a failover warning is emitted while the observed XR's
+// Failover condition does not say it, whatever the condition's status.
+func TestNewlyWarned(t *testing.T) {
+	refused := warning{reasonOldTimeline, "failover Job orders-failover reported orders-0 promoted on timeline 2, not above timeline 3"}
+	invalid := warning{reasonPrimaryInvalid, `key primary of ConfigMap orders-scripts is "7": no instance of the 2`}
+	xr := func(conds ...any) *structpb.Struct {
+		s, err := structpb.NewStruct(map[string]any{"apiVersion": "example.com/v1", "kind": "Database", "status": map[string]any{"conditions": conds}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	failover := func(status, msg string) map[string]any {
+		return map[string]any{"type": condFailover, "status": status, "reason": "Any", "message": msg, "lastTransitionTime": "2026-11-28T02:00:00Z"}
+	}
+	cases := map[string]struct {
+		reason string
+		xr     *structpb.Struct
+		ws     []warning
+		want   []warning
+	}{
+		"None":         {"nothing to warn about", xr(failover("False", "primary orders-0")), nil, nil},
+		"NoStatus":     {"a new XR: warned", &structpb.Struct{}, []warning{refused}, []warning{refused}},
+		"OtherMessage": {"the condition says something else: warned", xr(failover("False", "primary orders-0; failover is armed")), []warning{refused}, []warning{refused}},
+		"Reported":     {"the condition says it: not again", xr(failover("False", refused.Message)), []warning{refused}, nil},
+		"ReportedTrue": {"within a True condition's message", xr(failover("True", "primary orders-0 is not ready; "+invalid.Message)), []warning{invalid}, nil},
+		"OneNew":       {"one said, one new", xr(failover("False", refused.Message)), []warning{refused, invalid}, []warning{invalid}},
+		"OtherType":    {"only the Failover condition counts", xr(map[string]any{"type": condSpecApplied, "status": "False", "reason": "Any", "message": refused.Message, "lastTransitionTime": "2026-11-28T02:00:00Z"}), []warning{refused}, []warning{refused}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, newlyWarned(tc.xr, tc.ws), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("%s: newlyWarned (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
+
 // TestWarningOnlyWhenBlockedFirst plays reconciles of a Database whose spec
 // asks for a smaller volume, with Crossplane writing the function's
 // conditions to the XR between calls: the Warning comes once per blocked

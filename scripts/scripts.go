@@ -34,9 +34,16 @@
 //     nothing changed); exit 4 when the backup asked for is not there or
 //     does not verify (nothing changed); other non-zero on failure.
 //   - Failover, the failover Job: DATABASE PRIMARY_ORDINAL INSTANCES
-//     PEER_DOMAIN PGPORT ADMIN_SECRET_DIR, optional GRACE_SECONDS. Waits for
-//     the primary for GRACE_SECONDS, promotes the most advanced standby and
-//     writes the outcome as one JSON line to the termination log:
+//     PEER_DOMAIN PGPORT ADMIN_SECRET_DIR, optional GRACE_SECONDS and
+//     STARTING_MAX_SECONDS (how long a starting primary may take), and what
+//     the function knew when it composed the Job: DURABILITY (sync or
+//     async), LAST_TIMELINE (the last recorded failover's timeline, 1 when
+//     none is: an instance answering as a primary counts as promoted only
+//     above it), QUALIFIED_ORDINALS (the standbys whose pods were ready,
+//     ascending, space-separated, possibly empty: the only ones to promote);
+//     MODE=switchover with TARGET_ORDINAL for a planned switchover. Waits
+//     for the primary for GRACE_SECONDS, promotes the most advanced standby
+//     and writes the outcome as one JSON line to the termination log:
 //     {"result":"promoted","from":F,"to":T,"timeline":N,"lsn":"X/Y"} or
 //     {"result":"not-needed",...}. Exit 5 when no standby answers.
 //
