@@ -59,8 +59,13 @@ const (
 	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
 	reasonOldTimeline      = "OldTimelineRefused"
 	reasonPrimaryInvalid   = "PrimaryOrdinalInvalid"
+	reasonFailoverHeld     = "Held"
 	failoverResultPromoted = "promoted"
 	failoverResultNotNeed  = "not-needed"
+	// failoverResultHeld: the Job found no standby it may promote without
+	// losing acknowledged writes (durability sync and a standby silent,
+	// or no standby qualified); it exits non-zero and runs again.
+	failoverResultHeld = "held"
 
 	// failoverStartingMax is how long the Job lets a primary that is
 	// starting up (rejecting connections: crash recovery) take before it
@@ -266,12 +271,18 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 			fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverFailed, fmt.Sprintf(
 				"failover Job %s failed (%s): no standby answered, or the promotion did not complete; its log says which. A new Job starts while primary %s is not ready",
 				frozen.Name, or(jobFailure(job).Reason, "no reason given"), podName(db, from))}
+			if out.Result == failoverResultHeld {
+				fp.Condition = failoverHeld(db, frozen.Name, from, out.Reason)
+			}
 			return fp
 		default:
 			fp.Job, fp.InProgress = frozen, true
 			fp.Condition = failoverRunning(db, from)
 			if target >= 0 {
 				fp.Condition = switchoverRunning(db, from, target)
+			}
+			if out.Result == failoverResultHeld {
+				fp.Condition = failoverHeld(db, frozen.Name, from, out.Reason)
 			}
 			return fp
 		}
@@ -342,6 +353,14 @@ func knownTimeline(r *failoverRecord, job *batchv1.Job) int64 {
 		}
 	}
 	return known
+}
+
+// failoverHeld: the Job's last run held rather than promote a standby that
+// could lack acknowledged writes (safety before liveness); it says why.
+func failoverHeld(db *database, job string, from int, why string) condition {
+	return condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverHeld, fmt.Sprintf(
+		"primary %s is lost and failover Job %s holds instead of promoting: %s. Writes stay unavailable until the primary or that standby returns",
+		podName(db, from), job, or(why, "no reason given"))}
 }
 
 func switchoverRunning(db *database, from, to int) condition {

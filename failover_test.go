@@ -721,3 +721,43 @@ func podsReady(t *testing.T, name, ns string, n int) []*structpb.Struct {
 	}
 	return out
 }
+
+// TestFailoverHeld: the Job's run held instead of promoting (durability
+// sync with a standby silent, or no standby qualified). While the Job
+// retries and once it has failed, the Failover condition says Held with
+// the Job's reason, and the primary does not move.
+func TestFailoverHeld(t *testing.T) {
+	const why = "1 standby(s) did not answer in 15 rounds; with durability sync any of them may hold the last acknowledged commits"
+	held := fmt.Sprintf(`{"result":"held","from":0,"reason":%q}`, why)
+	for name, status := range map[string]*batchv1.JobStatus{
+		"Retrying": {Active: 1, Failed: 1},
+		"Failed":   jobFailedWith("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, false, true, true)...)
+			rsp := runTestIn(t, req, cluster)
+			if got := failoverStateOf(t, rsp); !got.Job || got.JobFrom != "0" {
+				t.Fatalf("no failover Job of analytics-0: %+v", got)
+			}
+			feedBack(t, req, rsp, true)
+			j := decodeInto[batchv1.Job](t, req.Observed.Resources[string(rnFailover)].GetResource())
+			j.Status = *status
+			req.Observed.Resources[string(rnFailover)] = encodeObserved(t, j)
+			pod := failoverJobPod(t, req, held)
+			rsp = runTestIn(t, req, append(cluster, pod))
+			c := conditionOf(rsp, condFailover)
+			if c.GetReason() != reasonFailoverHeld || c.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE {
+				t.Errorf("Failover condition %s/%s, want False/%s: %s", c.GetStatus(), c.GetReason(), reasonFailoverHeld, c.GetMessage())
+			}
+			for _, s := range []string{"analytics-0 is lost", "analytics-failover holds", why} {
+				if !strings.Contains(c.GetMessage(), s) {
+					t.Errorf("the condition does not say %q: %s", s, c.GetMessage())
+				}
+			}
+			if got := failoverStateOf(t, rsp); got.Primary != "0" || got.Selector != "analytics-0" {
+				t.Errorf("primary %s, selector %s: a held Job moved the primary", got.Primary, got.Selector)
+			}
+		})
+	}
+}
