@@ -127,6 +127,24 @@ report_existing_primary() {
 # nothing: the old primary turns read-only and its sessions end, the target
 # replays everything the old primary wrote, then it is promoted. Any failure
 # before the promotion makes the old primary writable again.
+# SWITCHOVER_FENCE: the synchronous standby name a switchover makes the old
+# primary's commits wait for. No instance has it (application_name is the
+# pod's name).
+SWITCHOVER_FENCE=database_switchover_fence
+
+# unfence: the old primary writable again (a switchover that failed before
+# it promoted anything).
+# shellcheck disable=SC2317 # run by the EXIT trap
+unfence() {
+	log "switchover failed before the promotion: making ordinal $from writable again"
+	if ! { remote_query "${hosts[from]}" "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null &&
+		remote_query "${hosts[from]}" "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null &&
+		remote_query "${hosts[from]}" "ALTER SYSTEM RESET synchronous_commit" >/dev/null &&
+		remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null; }; then
+		log "WARNING: could not unfence ordinal $from: it stays read-only until a Job retries the switchover or its settings are reset (ALTER SYSTEM RESET default_transaction_read_only, synchronous_standby_names, synchronous_commit)"
+	fi
+}
+
 switchover() {
 	local to=$((10#$TARGET_ORDINAL)) row end i
 	((to != from && to < INSTANCES)) || die "TARGET_ORDINAL $to must be another instance below $INSTANCES"
@@ -142,20 +160,44 @@ switchover() {
 	done
 	[[ $row == t\|* ]] || die "the primary ordinal $from does not answer as a primary ('$row'): not switching over"
 	[[ $standby == t ]] || die "ordinal $to does not answer as a standby ('$standby'): not switching over"
-	trap 'log "switchover failed: making ordinal $from writable again"; remote_query "${hosts[from]}" "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null; remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null' EXIT
-	log "switchover from ordinal $from to $to: the primary turns read-only and its sessions end"
-	remote_query "${hosts[from]}" "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null || die "cannot make the primary read-only"
-	remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null || die "cannot reload the primary"
+	trap unfence EXIT
+	log "switchover from ordinal $from to $to: fencing the primary (read-only, every commit waits for a standby that does not exist) and ending its sessions"
+	# default_transaction_read_only alone did not fence: a session's BEGIN
+	# READ WRITE overrides it (25 of 100 acknowledged writes were lost
+	# so). The synchronous fence holds whatever a transaction says: its
+	# COMMIT waits for a standby named $SWITCHOVER_FENCE, which none is, so
+	# it is never acknowledged; what it wrote still streams to the target
+	# and survives the promotion. Only a session that turned
+	# synchronous_commit off itself, and so accepted losing commits on a
+	# crash, can still be acknowledged.
+	{ remote_query "${hosts[from]}" "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null &&
+		remote_query "${hosts[from]}" "ALTER SYSTEM SET synchronous_standby_names = '$SWITCHOVER_FENCE'" >/dev/null &&
+		remote_query "${hosts[from]}" "ALTER SYSTEM SET synchronous_commit = on" >/dev/null &&
+		remote_query "${hosts[from]}" "SELECT pg_reload_conf()" >/dev/null; } || die "cannot fence the primary"
+	# The reload reaches every backend at its next command; sessions end.
 	remote_query "${hosts[from]}" "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()" >/dev/null ||
 		die "cannot end the primary's sessions"
-	end=$(remote_query "${hosts[from]}" "SELECT pg_current_wal_lsn()") || die "cannot read the primary's WAL position"
-	log "the primary wrote up to $end; waiting for ordinal $to to replay it"
+	# Wait until the target replayed everything the primary wrote, asked
+	# again until the primary's position stands still (autovacuum and
+	# checkpoints still write, and a fenced commit's record is written
+	# before it waits).
 	for ((i = 0; i < 120; i++)); do
+		end=$(remote_query "${hosts[from]}" "SELECT pg_current_wal_lsn() WHERE current_setting('synchronous_standby_names') = '$SWITCHOVER_FENCE'") || end=''
+		[[ -n $end ]] || die "the primary does not answer as fenced: not promoting"
 		row=$(remote_query "${hosts[to]}" "SELECT pg_last_wal_replay_lsn() >= '$end'::pg_lsn") || row=''
-		[[ $row != t ]] || break
+		if [[ $row == t ]]; then
+			row=$(remote_query "${hosts[from]}" "SELECT pg_current_wal_lsn() = '$end'::pg_lsn") || row=''
+			[[ $row != t ]] || break
+		fi
 		sleep 1
 	done
-	[[ $row == t ]] || die "ordinal $to did not replay up to $end within 120s"
+	[[ $row == t ]] || die "ordinal $to did not replay all the primary wrote within 120s"
+	log "ordinal $to replayed everything the primary wrote (up to $end)"
+	# From here the promotion may happen even if pg_promote's answer is
+	# lost: the old primary is never unfenced again by this run (its probe
+	# stops it once the target answers on a newer timeline; a retried Job
+	# fences it again before anything else).
+	trap - EXIT
 	promote "$to" Switchover
 }
 
@@ -166,7 +208,6 @@ promote() {
 	# pg_promote waits up to 60 s for the promotion: so does the query.
 	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)" 65) || row=''
 	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
-	trap - EXIT
 	create_slots "$to" || log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
 	row=$(remote_query "${hosts[to]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
 	[[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] || die "ordinal $to does not answer as a primary after the promotion (answer '$row')"
