@@ -251,6 +251,21 @@ func TestFailoverAsyncOnlyQualified(t *testing.T) {
 	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
 		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 40))
 	}
+
+	// The password sidecar of the new primary (ordinal 2) applies an edited
+	// password: it asks postgres its role. Before, "ordinal 0 is the
+	// primary" made it refresh a standby's passfile only, and every password
+	// edit after a failover was lost.
+	writeFile(t, filepath.Join(c.scripts, "primary"), "2\n")
+	const edited = `ed'ited:pw\2`
+	c.setSecret(t, "app", "password", edited)
+	out, err := c.script(time.Minute, append(d.env(), "SYNC_ONCE=1"), SyncPasswords)
+	if err != nil || !strings.Contains(out, "passwords applied") {
+		t.Fatalf("sync-passwords on the promoted ordinal 2: %v\n%s", err, out)
+	}
+	if got, err := c.psql(d.port, c.app, edited, c.db, "SELECT 1"); err != nil || got != "1" {
+		t.Errorf("the edited password does not log in on the new primary: %q %v", got, err)
+	}
 }
 
 // TestFailoverRefusesOldTimeline: an instance that answers as a primary on

@@ -3,11 +3,12 @@
 #
 # The Secrets are the source of truth for passwords. Every SYNC_INTERVAL
 # seconds (default 5):
-#   primary (ordinal 0, not in recovery): when the content of the mounted
+#   primary (postgres not in recovery, whatever the ordinal): when the content of the mounted
 #     secret files changed since the last successful apply, or postgres was
 #     restarted since, ALTER ROLE ... PASSWORD for the app role, the
 #     replication role and the superuser, over the socket (peer).
-#   standby: refreshes its local replication passfile (used by its
+#   standby (in recovery, or not up and not the ordinal the function names
+#     the primary in SCRIPTS_DIR/primary): refreshes its local replication passfile (used by its
 #     walreceiver to reconnect); and every SLOT_CHECK_ROUNDS rounds (default
 #     6) checks that the primary still holds its slot and the WAL it needs,
 #     and is the same cluster (check_lost_slot).
@@ -37,6 +38,7 @@ SLOT_CHECK_ROUNDS=${SLOT_CHECK_ROUNDS:-6}
 require_int SLOT_CHECK_ROUNDS 1
 PRIMARY_HOST=${PRIMARY_HOST:-}
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
+SCRIPTS_DIR=${SCRIPTS_DIR:-$here}
 require_int PRIMARY_PORT 1
 ordinal=$(pod_ordinal)
 CLONE_MARKER="$PGDATA/database.cloned"
@@ -176,12 +178,29 @@ say_once() {
 # sync_round: one round; 0 when the database matches the secrets (or there is
 # nothing to do), 1 when it should be tried again.
 sync_round() {
-	local sum su status in_recovery started key
+	local sum su status in_recovery='' started key
 	sum=$(secrets_checksum) || {
 		say_once "secret files not readable yet"
 		return 1
 	}
-	if ((ordinal != 0)); then
+	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
+	# The role is postgres's own answer, never the ordinal: after a
+	# failover the primary is any ordinal, and ordinal 0 may be a standby
+	# (deciding by "ordinal 0" left password edits unapplied after every
+	# failover, and ordinal 0 as a standby never checked its slot).
+	if status=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres \
+		-c "SELECT pg_is_in_recovery(), pg_postmaster_start_time()" 2>/dev/null); then
+		in_recovery=${status%%|*}
+		started=${status#*|}
+	elif ((ordinal == $(current_primary))); then
+		say_once "postgres is not accepting connections yet; retrying every ${SYNC_INTERVAL}s"
+		return 1
+	else
+		# Not up, and not the named primary: a standby starting or cloning
+		# needs its passfile first.
+		in_recovery=t
+	fi
+	if [[ $in_recovery == t ]]; then
 		local repl repl_pw
 		if ((round % SLOT_CHECK_ROUNDS == 0)); then
 			check_lost_slot || true
@@ -196,18 +215,6 @@ sync_round() {
 		write_passfile "$(replication_passfile)" "$repl" "$repl_pw"
 		[[ -z $applied ]] || log "standby: replication passfile refreshed"
 		applied=$sum
-		return 0
-	fi
-	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
-	status=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres \
-		-c "SELECT pg_is_in_recovery(), pg_postmaster_start_time()" 2>/dev/null) || {
-		say_once "postgres is not accepting connections yet; retrying every ${SYNC_INTERVAL}s"
-		return 1
-	}
-	in_recovery=${status%%|*}
-	started=${status#*|}
-	if [[ $in_recovery == t ]]; then
-		say_once "postgres is in recovery (standby): nothing to do"
 		return 0
 	fi
 	key="$sum|$started"
