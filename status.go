@@ -26,6 +26,7 @@ const (
 	condBackupHealthy = "BackupHealthy"
 	condSpecApplied   = "SpecApplied"
 	condRestored      = "Restored"
+	condWritable      = "Writable"
 )
 
 // dbStatus is the status the function writes to the XR (README: The API),
@@ -135,7 +136,41 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	if p.Failover != nil {
 		out = append(out, p.Failover.Condition)
 	}
+	if c, ok := writableCondition(db, p, o); ok {
+		out = append(out, c)
+	}
 	return out
+}
+
+// writableCondition: with durability sync a commit returns only once a
+// standby flushed it, so with no standby streaming every commit waits, for
+// as long as that lasts (a roll of a two-instance Database restarts its only
+// standby), while the primary stays ready: this condition says so. A ready
+// standby streamed within the readiness bound (probe.sh). Only when the
+// instances' pods were read (required resources) and the primary is ready;
+// a lost primary is the Failover condition's.
+func writableCondition(db *database, p *plan, o *observed) (condition, bool) {
+	if db.Durability != durabilitySync || db.Tier.Replicas < 2 || !o.Instances.Resolved || !o.Instances.Ready[podName(db, p.Primary)] {
+		return condition{}, false
+	}
+	var ready, notReady []string
+	for k := range int(db.Tier.Replicas) {
+		if k == p.Primary {
+			continue
+		}
+		if name := podName(db, k); o.Instances.Ready[name] {
+			ready = append(ready, name)
+		} else {
+			notReady = append(notReady, name)
+		}
+	}
+	if len(ready) == 0 {
+		return condition{condWritable, fnv1.Status_STATUS_CONDITION_FALSE, "NoSynchronousStandby", fmt.Sprintf(
+			"durability sync: every commit waits until a standby has flushed it, and no standby is streaming (%s not ready): writes block, reads work. They resume when a standby streams again; durability async would not wait (and could lose the last commits in a failover)",
+			strings.Join(notReady, ", "))}, true
+	}
+	return condition{condWritable, fnv1.Status_STATUS_CONDITION_TRUE, "SynchronousStandby", fmt.Sprintf(
+		"durability sync: a commit returns once one of the streaming standbys (%s) has flushed it", strings.Join(ready, ", "))}, true
 }
 
 // specApplied says whether every field of the spec is applied, and names

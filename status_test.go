@@ -1,10 +1,12 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -52,6 +54,44 @@ func TestStatusNotAlarming(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.want, g, protocmp.Transform()); d != "" {
 				t.Errorf("%s: (-want +got):\n%s", tc.reason, d)
+			}
+		})
+	}
+}
+
+// TestWritableCondition: with durability sync and no standby streaming,
+// commits wait without bound while the primary stays ready: the Writable
+// condition says so. Absent where it cannot know (async, a lost primary).
+func TestWritableCondition(t *testing.T) {
+	cases := map[string]struct {
+		durability string
+		ready      []bool // analytics-0 (the primary), -1, -2
+		want       string // status/reason, "" for no condition
+		says       []string
+	}{
+		"SyncStandbysStreaming": {durabilitySync, []bool{true, true, false}, "STATUS_CONDITION_TRUE/SynchronousStandby", []string{"analytics-1"}},
+		"SyncNoStandby": {durabilitySync, []bool{true, false, false}, "STATUS_CONDITION_FALSE/NoSynchronousStandby",
+			[]string{"analytics-1, analytics-2 not ready", "writes block"}},
+		"SyncPrimaryLost": {durabilitySync, []bool{false, false, true}, "", nil},
+		"Async":           {durabilityAsync, []bool{true, false, false}, "", nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			structAt(req.Observed.Composite.Resource, "spec").Fields["durability"] = structpb.NewStringValue(tc.durability)
+			cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, tc.ready...)...)
+			c := conditionOf(runTestIn(t, req, cluster), condWritable)
+			got := ""
+			if c != nil {
+				got = c.GetStatus().String() + "/" + c.GetReason()
+			}
+			if got != tc.want {
+				t.Fatalf("Writable %q, want %q (%s)", got, tc.want, c.GetMessage())
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(c.GetMessage(), s) {
+					t.Errorf("the condition does not say %q: %s", s, c.GetMessage())
+				}
 			}
 		})
 	}
