@@ -163,7 +163,7 @@ func TestFailoverSyncDetachesStandbys(t *testing.T) {
 	c.appSQL(t, b, "INSERT INTO t VALUES (101)")
 	waitFor(t, 30*time.Second, "d replays b's write", func() error {
 		if got, err := c.psql(d.port, c.app, c.secret(t, "app", "password"), c.db, "SELECT count(*) FROM t WHERE id = 101"); err != nil || got != "1" {
-			return fmt.Errorf("%q %v", got, err)
+			return fmt.Errorf("%q %w", got, err)
 		}
 		return nil
 	})
@@ -409,13 +409,13 @@ func (c *cluster) psqlExec(t *testing.T, port *atomic.Int64) checker.Exec {
 			"-c", "BEGIN READ WRITE", "-c", sql, "-c", "COMMIT")
 		out, err := cmd.CombinedOutput()
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("%w: %v", checker.ErrIndeterminate, ctx.Err())
+			return "", fmt.Errorf("%w: %w", checker.ErrIndeterminate, ctx.Err())
 		}
 		if err != nil {
 			// The connection ended under a COMMIT (a session the fence
 			// terminated): it may have committed.
 			if strings.Contains(string(out), "connection") || strings.Contains(string(out), "terminat") {
-				return "", fmt.Errorf("%w: %v: %s", checker.ErrIndeterminate, err, out)
+				return "", fmt.Errorf("%w: %w: %s", checker.ErrIndeterminate, err, out)
 			}
 			return "", fmt.Errorf("%v: %s", err, out)
 		}

@@ -153,7 +153,7 @@ func TestWorkloadConcurrent(t *testing.T) {
 		// A refusal that comes back as the deadline passes, or the run
 		// ends, is indeterminate: the Workload cannot tell it was definite.
 		late := errors.Is(a.Err, context.Canceled) || errors.Is(a.Err, context.DeadlineExceeded)
-		if got := a.Outcome(); got != want && !(got == Indeterminate && late) {
+		if got := a.Outcome(); got != want && (got != Indeterminate || !late) {
 			t.Errorf("attempt %d: %v (%v), want %v", a.ID, got, a.Err, want)
 		}
 		switch behave(a.ID) {
