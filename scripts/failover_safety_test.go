@@ -417,7 +417,7 @@ func (c *cluster) psqlExec(t *testing.T, port *atomic.Int64) checker.Exec {
 			if strings.Contains(string(out), "connection") || strings.Contains(string(out), "terminat") {
 				return "", fmt.Errorf("%w: %w: %s", checker.ErrIndeterminate, err, out)
 			}
-			return "", fmt.Errorf("%v: %s", err, out)
+			return "", fmt.Errorf("%w: %s", err, out)
 		}
 		return strings.TrimSpace(string(out)), nil
 	}
