@@ -81,8 +81,9 @@ var (
 	statefulSetFields = wire.Fields{
 		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},
 		"spec": {
-			"replicas": nil,
-			"template": {"spec": {"containers": {"name": nil, "image": nil}}},
+			"replicas":            nil,
+			"podManagementPolicy": nil,
+			"template":            {"spec": {"containers": {"name": nil, "image": nil}}},
 			"volumeClaimTemplates": {
 				"metadata": {"name": nil},
 				"spec":     {"resources": nil, "storageClassName": nil},

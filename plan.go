@@ -36,6 +36,10 @@ type plan struct {
 	// at creation, then exactly the observed ones (the API server rejects a
 	// change, and a shrink would lose data).
 	Templates []corev1.PersistentVolumeClaim
+	// PodManagement is the StatefulSet's pod management policy: Parallel at
+	// creation, then exactly the observed one (the API server rejects a
+	// change): see statefulset.go.
+	PodManagement appsv1.PodManagementPolicyType
 	// Initialized is true once the StatefulSet has been ready: the database
 	// exists and its data must never be replaced by an empty initdb.
 	Initialized bool
@@ -54,6 +58,10 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p := &plan{Image: image(db), Major: db.Version.Major, Passwords: resolvePasswords(o, generate)}
 	p.Initialized = initialized(o)
 	sts := o.StatefulSet
+	p.PodManagement = appsv1.ParallelPodManagement
+	if sts != nil && sts.Spec.PodManagementPolicy != "" {
+		p.PodManagement = sts.Spec.PodManagementPolicy
+	}
 	primary, invalid := observedPrimary(db, o)
 	p.Primary = primary
 	if p.Primary >= int(db.Tier.Replicas) {
@@ -163,9 +171,9 @@ func runningMajor(sts *appsv1.StatefulSet) (int, string, bool) {
 }
 
 // initialized is sticky: once recorded in the scripts ConfigMap it stays, and
-// it is first recorded when the StatefulSet has had a ready instance. With
-// OrderedReady pods a ready instance means ordinal 0, the primary, has run
-// initdb and bootstrap.
+// it is first recorded when the StatefulSet has had a ready instance. A
+// ready instance means a primary has run initdb and bootstrap: a standby is
+// ready only once it cloned one and streams from it.
 func initialized(o *observed) bool {
 	if o.Scripts != nil && o.Scripts.Data[keyInitialized] == "true" {
 		return true

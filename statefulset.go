@@ -42,9 +42,16 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 			Replicas:    ptr.To(db.Tier.Replicas),
 			ServiceName: headlessServiceName(db),
 			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
-			// Standbys clone from the primary, so ordinal 0 must be ready
-			// before ordinal 1 starts: the default OrderedReady policy.
-			PodManagementPolicy: appsv1.OrderedReadyPodManagement,
+			// Parallel: every pod starts at once. With OrderedReady, after a
+			// failover moved the primary above ordinal 0, a full restart
+			// (every pod at once: a node reboot, a cluster restore) waited
+			// for ordinal 0, a standby, to be ready before creating the
+			// primary's pod, and a standby is ready only once it streams
+			// from the primary: never. Standbys wait for their primary
+			// themselves (entrypoint.sh retries the clone and the stream).
+			// The policy is immutable: a StatefulSet created as OrderedReady
+			// keeps it (plan.go).
+			PodManagementPolicy: p.PodManagement,
 			// Scaling in never deletes a standby's volume: scaling back out
 			// reuses it. Deleting the Database follows deletionPolicy.
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{

@@ -342,9 +342,10 @@ func TestWorkloadTimeout(t *testing.T) {
 	if a.Outcome() != Indeterminate {
 		t.Errorf("Outcome %v, want indeterminate", a.Outcome())
 	}
-	if d := a.End.Sub(a.Start); d < 10*time.Millisecond {
-		t.Errorf("attempt took %v, want at least the timeout", d)
-	}
+	// Not asserted: End - Start >= the timeout. The deadline is set before
+	// Start is read, so the difference can be a little short of it (seen:
+	// 9.92 ms of 10): DeadlineExceeded above already says the timeout ran
+	// out.
 }
 
 func TestLogConcurrent(t *testing.T) {
