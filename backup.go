@@ -13,7 +13,8 @@ import (
 	"github.com/example/function-database/scripts"
 )
 
-// adminEnv connects a job to the primary as the superuser. The password
+// adminEnv connects a job to the primary as the superuser (libpq's
+// variables), and names the SQL database (scripts.Contract). The password
 // comes from the Secret by reference: no secret value is ever written into
 // a pod spec.
 func adminEnv(db *database) []corev1.EnvVar {
@@ -23,11 +24,11 @@ func adminEnv(db *database) []corev1.EnvVar {
 		}}
 	}
 	return []corev1.EnvVar{
-		{Name: "PGHOST", Value: serviceHost(db, db.Name)},
-		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
-		{Name: "PGUSER", ValueFrom: ref(keyUsername)},
-		{Name: "PGPASSWORD", ValueFrom: ref(keyPassword)},
-		{Name: "DB_NAME", Value: db.SQLName},
+		{Name: scripts.EnvPGHost, Value: serviceHost(db, db.Name)},
+		{Name: scripts.EnvPGPort, Value: strconv.Itoa(postgresPort)},
+		{Name: scripts.EnvPGUser, ValueFrom: ref(keyUsername)},
+		{Name: scripts.EnvPGPassword, ValueFrom: ref(keyPassword)},
+		{Name: scripts.EnvDBName, Value: db.SQLName},
 	}
 }
 
@@ -72,9 +73,9 @@ const (
 // deletionPolicy Retain.
 func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 	env := append(adminEnv(db),
-		corev1.EnvVar{Name: "BACKUP_DIR", Value: backupsDir},
-		corev1.EnvVar{Name: "BACKUP_RETENTION", Value: strconv.FormatInt(db.Backup.Retention, 10)},
-		corev1.EnvVar{Name: "DATABASE", Value: db.Name},
+		corev1.EnvVar{Name: scripts.EnvBackupDir, Value: backupsDir},
+		corev1.EnvVar{Name: scripts.EnvBackupRetention, Value: strconv.FormatInt(db.Backup.Retention, 10)},
+		corev1.EnvVar{Name: scripts.EnvDatabase, Value: db.Name},
 	)
 	return &batchv1.CronJob{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},

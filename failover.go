@@ -348,7 +348,7 @@ func oldTimeline(db *database, job string, from int, out failoverOutcome, known 
 func knownTimeline(r *failoverRecord, job *batchv1.Job) int64 {
 	known := lastTimeline(r)
 	for _, e := range frozenFacts(job) {
-		if n, err := strconv.ParseInt(e.Value, 10, 64); e.Name == envLastTimeline && err == nil && n > known {
+		if n, err := strconv.ParseInt(e.Value, 10, 64); e.Name == scripts.EnvLastTimeline && err == nil && n > known {
 			known = n
 		}
 	}
@@ -419,9 +419,9 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 		}
 	}
 	return []corev1.EnvVar{
-		{Name: envDurability, Value: db.Durability},
-		{Name: envLastTimeline, Value: strconv.FormatInt(lastTimeline(o.FailoverRecord), 10)},
-		{Name: envQualifiedOrdinals, Value: strings.Join(qualified, " ")},
+		{Name: scripts.EnvDurability, Value: db.Durability},
+		{Name: scripts.EnvLastTimeline, Value: strconv.FormatInt(lastTimeline(o.FailoverRecord), 10)},
+		{Name: scripts.EnvQualifiedOrdinals, Value: strings.Join(qualified, " ")},
 	}
 }
 
@@ -431,7 +431,7 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 // existed goes on without it.
 func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 	var out []corev1.EnvVar
-	for _, name := range []string{envDurability, envLastTimeline, envQualifiedOrdinals} {
+	for _, name := range []string{scripts.EnvDurability, scripts.EnvLastTimeline, scripts.EnvQualifiedOrdinals} {
 	search:
 		for _, c := range j.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
@@ -450,14 +450,14 @@ func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 // facts are failoverFacts, or frozenFacts of the observed Job.
 func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
-		{Name: "DATABASE", Value: db.Name},
-		{Name: "PRIMARY_ORDINAL", Value: strconv.Itoa(from)},
-		{Name: "INSTANCES", Value: strconv.Itoa(int(replicas))},
-		{Name: "PEER_DOMAIN", Value: peerDomain(db)},
-		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
-		{Name: "ADMIN_SECRET_DIR", Value: adminDir},
-		{Name: "GRACE_SECONDS", Value: strconv.Itoa(int(db.FailoverGrace))},
-		{Name: "STARTING_MAX_SECONDS", Value: strconv.Itoa(failoverStartingMax)},
+		{Name: scripts.EnvDatabase, Value: db.Name},
+		{Name: scripts.EnvPrimaryOrdinal, Value: strconv.Itoa(from)},
+		{Name: scripts.EnvInstances, Value: strconv.Itoa(int(replicas))},
+		{Name: scripts.EnvPeerDomain, Value: peerDomain(db)},
+		{Name: scripts.EnvPGPort, Value: strconv.Itoa(postgresPort)},
+		{Name: scripts.EnvAdminSecretDir, Value: adminDir},
+		{Name: scripts.EnvGraceSeconds, Value: strconv.Itoa(int(db.FailoverGrace))},
+		{Name: scripts.EnvStartingMaxSeconds, Value: strconv.Itoa(failoverStartingMax)},
 	}
 	env = append(env, facts...)
 	ann := map[string]string{
@@ -465,7 +465,7 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 		annotationFailoverCount: strconv.FormatInt(count, 10),
 	}
 	if target >= 0 {
-		env = append(env, corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: strconv.Itoa(target)})
+		env = append(env, corev1.EnvVar{Name: scripts.EnvMode, Value: scripts.ModeSwitchover}, corev1.EnvVar{Name: scripts.EnvTargetOrdinal, Value: strconv.Itoa(target)})
 		ann[annotationFailoverTarget] = strconv.Itoa(target)
 	}
 	return &batchv1.Job{

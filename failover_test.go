@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/scripts"
 )
 
 // failoverState is what a response says about failover.
@@ -378,9 +380,9 @@ func failoverEnv(from, durability, lastTimeline, qualified string, extra ...core
 		{Name: "ADMIN_SECRET_DIR", Value: "/etc/database/superuser"},
 		{Name: "GRACE_SECONDS", Value: "10"},
 		{Name: "STARTING_MAX_SECONDS", Value: "120"},
-		{Name: envDurability, Value: durability},
-		{Name: envLastTimeline, Value: lastTimeline},
-		{Name: envQualifiedOrdinals, Value: qualified},
+		{Name: scripts.EnvDurability, Value: durability},
+		{Name: scripts.EnvLastTimeline, Value: lastTimeline},
+		{Name: scripts.EnvQualifiedOrdinals, Value: qualified},
 	}, extra...)
 }
 

@@ -169,21 +169,10 @@ const (
 	portName     = "postgresql"
 )
 
-// Environment variables of the failover Job that the function reads back
-// from the observed Job: they describe the state when the Job was composed,
-// and a Job's pod template is immutable, so they stay as they were (the
-// other variables of the scripts' environment are literals where they are
-// set; the scripts package lists them all).
-const (
-	// envDurability is spec.durability as resolved: async or sync.
-	envDurability = "DURABILITY"
-	// envLastTimeline is the timeline of the last recorded failover
-	// (status.failover.last.timeline), 1 when none is recorded.
-	envLastTimeline = "LAST_TIMELINE"
-	// envQualifiedOrdinals are the ordinals, ascending and space-separated,
-	// of the standbys whose pods were ready: those the Job may promote.
-	envQualifiedOrdinals = "QUALIFIED_ORDINALS"
-)
+// The environment variables the pods and jobs get are named by the scripts
+// package, beside what each script reads of them (scripts.Contract,
+// scripts.EnvPodName ...): the failover Job's DURABILITY, LAST_TIMELINE and
+// QUALIFIED_ORDINALS, read back from the observed Job, too.
 
 // Container, volume and path names shared by the pods and the scripts (see
 // the scripts package for the environment contract).

@@ -222,9 +222,9 @@ func ranStatus(j *batchv1.Job, spec *restoreSpec) *restoreStatus {
 		}
 		for _, e := range c.Env {
 			switch e.Name {
-			case "RESTORE_SOURCE":
+			case scripts.EnvRestoreSource:
 				st.Source = e.Value
-			case "RESTORE_BACKUP":
+			case scripts.EnvRestoreBackup:
 				st.Backup = e.Value
 			}
 		}
@@ -319,10 +319,10 @@ func jobFailure(j *batchv1.Job) batchv1.JobCondition {
 // tables, so no run can overwrite live data.
 func restoreJob(db *database, run restoreRun) *batchv1.Job {
 	env := append(adminEnv(db),
-		corev1.EnvVar{Name: "APP_USER", Value: db.SQLName},
-		corev1.EnvVar{Name: "RESTORE_DIR", Value: restoreDir},
-		corev1.EnvVar{Name: "RESTORE_BACKUP", Value: run.Backup},
-		corev1.EnvVar{Name: "RESTORE_SOURCE", Value: run.Source},
+		corev1.EnvVar{Name: scripts.EnvAppUser, Value: db.SQLName},
+		corev1.EnvVar{Name: scripts.EnvRestoreDir, Value: restoreDir},
+		corev1.EnvVar{Name: scripts.EnvRestoreBackup, Value: run.Backup},
+		corev1.EnvVar{Name: scripts.EnvRestoreSource, Value: run.Source},
 	)
 	var affinity *corev1.Affinity
 	if run.BesideSource {

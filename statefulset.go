@@ -114,23 +114,24 @@ func spreadInstances(db *database) *corev1.Affinity {
 	}}
 }
 
-// instanceEnv is the environment contract of the scripts run in the
-// instances (see the scripts package).
+// instanceEnv is the environment of the scripts run in the instances:
+// entrypoint.sh, probe.sh and sync-passwords.sh (scripts.Contract;
+// TestContractEnv holds this to it).
 func instanceEnv(db *database) []corev1.EnvVar {
 	return []corev1.EnvVar{
-		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		{Name: "PGDATA", Value: pgData},
-		{Name: "PGPORT", Value: strconv.Itoa(postgresPort)},
-		{Name: "PGHOST", Value: socketDir},
-		{Name: "DB_NAME", Value: db.SQLName},
-		{Name: "APP_USER", Value: db.SQLName},
+		{Name: scripts.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: scripts.EnvPGData, Value: pgData},
+		{Name: scripts.EnvPGPort, Value: strconv.Itoa(postgresPort)},
+		{Name: scripts.EnvPGHost, Value: socketDir},
+		{Name: scripts.EnvDBName, Value: db.SQLName},
+		{Name: scripts.EnvAppUser, Value: db.SQLName},
 		// Standbys clone and stream from the rw Service: it follows a
 		// failover, so a standby needs no restart to follow the new primary.
-		{Name: "PRIMARY_HOST", Value: serviceHost(db, db.Name)},
-		{Name: "PEER_DOMAIN", Value: peerDomain(db)},
-		{Name: "SCRIPTS_DIR", Value: scriptsDir},
-		{Name: "APP_SECRET_DIR", Value: appDir},
-		{Name: "ADMIN_SECRET_DIR", Value: adminDir},
+		{Name: scripts.EnvPrimaryHost, Value: serviceHost(db, db.Name)},
+		{Name: scripts.EnvPeerDomain, Value: peerDomain(db)},
+		{Name: scripts.EnvScriptsDir, Value: scriptsDir},
+		{Name: scripts.EnvAppSecretDir, Value: appDir},
+		{Name: scripts.EnvAdminSecretDir, Value: adminDir},
 	}
 }
 
@@ -186,7 +187,7 @@ func passwordSyncContainer(db *database, p *plan) corev1.Container {
 		Image:           p.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"bash", scriptsDir + "/" + scripts.SyncPasswords},
-		Env:             append(instanceEnv(db), corev1.EnvVar{Name: "SYNC_INTERVAL", Value: "5"}),
+		Env:             append(instanceEnv(db), corev1.EnvVar{Name: scripts.EnvSyncInterval, Value: "5"}),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},

@@ -22,7 +22,9 @@
 # how much space was free.
 #
 # Environment: PGHOST PGPORT PGUSER PGPASSWORD (libpq), DB_NAME, BACKUP_DIR,
-# BACKUP_RETENTION (>= 1), DATABASE (the Database's name, file prefix).
+# BACKUP_RETENTION (>= 1), DATABASE (the Database's name, file prefix);
+# optional BACKUP_WAIT_SECONDS (default 120), LOCK_WAIT_TIMEOUT (pg_dump
+# --lock-wait-timeout, default 5min).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

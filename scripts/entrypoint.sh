@@ -21,7 +21,9 @@
 # PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
 # (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none),
 # PEER_DOMAIN (the headless Service's domain: peers are N-k.PEER_DOMAIN),
-# PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts).
+# PEER_TIMEOUT (seconds to connect to a peer, default 2; lib.sh remote_query),
+# PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts),
+# SCRAM_TEST_SALT (tests; lib.sh scram_verifier).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

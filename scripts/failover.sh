@@ -31,10 +31,16 @@
 #
 # Environment: DATABASE (N), PRIMARY_ORDINAL (F, the lost primary),
 # INSTANCES, PEER_DOMAIN (N-hl.NS.svc...; instances are N-k.PEER_DOMAIN),
-# PGPORT, ADMIN_SECRET_DIR (username, password); optional GRACE_SECONDS
-# (default 10), STARTING_MAX_SECONDS (default 120), STATE_DIR (default /tmp),
-# TERMINATION_LOG (default /dev/termination-log), FAILOVER_HOSTS (tests:
-# space-separated host:port by ordinal, replacing N-k.PEER_DOMAIN:PGPORT).
+# PGPORT, ADMIN_SECRET_DIR (username, password); what the function knew when
+# it composed the Job: DURABILITY (sync or async; unset: detected from the
+# standbys), LAST_TIMELINE (default 1), QUALIFIED_ORDINALS (the standbys it
+# may promote; unset: every one); MODE=switchover and TARGET_ORDINAL for a
+# planned switchover (MODE default failover); optional GRACE_SECONDS
+# (default 10), STARTING_MAX_SECONDS (default 120), STALL_LOOKS (default 3),
+# CANDIDATE_ROUNDS (default 15), STATE_DIR (default /tmp), PEER_TIMEOUT
+# (default 2), TERMINATION_LOG (default /dev/termination-log), FAILOVER_HOSTS
+# (tests: space-separated host:port by ordinal, replacing
+# N-k.PEER_DOMAIN:PGPORT).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

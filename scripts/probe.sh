@@ -21,9 +21,14 @@
 #          standby's own (standby_needs_restart): the restart starts it with
 #          the primary's values (entrypoint.sh write_standby_floor).
 #
-# Environment: PGHOST (socket dir), PGPORT, ADMIN_SECRET_DIR; optional
-# STATE_DIR (default /tmp, as entrypoint.sh), PGDATA, READY_GRACE_SECONDS
-# (default 60), READY_MAX_LAG_BYTES (default 268435456, 256 MiB).
+# Environment (the postgres container's): PGHOST (socket dir), PGPORT;
+# optional ADMIN_SECRET_DIR (its username is the role probes connect as, else
+# postgres), STATE_DIR (default /tmp, as entrypoint.sh), PGDATA,
+# READY_GRACE_SECONDS (default 60), READY_MAX_LAG_BYTES (default 268435456,
+# 256 MiB), PROBE_QUERY_TIMEOUT (seconds, default 3). The fence (fenced) also
+# needs PGDATA, SCRIPTS_DIR, POD_NAME, PEER_DOMAIN and ADMIN_SECRET_DIR
+# (lib.sh newer_primary_peer; PEER_TIMEOUT, default 2; PEER_HOSTS /
+# PEER_ORDINALS, overrides for tests).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

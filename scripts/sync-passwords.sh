@@ -23,7 +23,9 @@
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
 # then exit with its status; for tests and debugging), PRIMARY_HOST and
 # PRIMARY_PORT (default 5432; standbys), SLOT_CHECK_ROUNDS (default 6),
-# STATE_DIR (default /tmp, as entrypoint.sh).
+# STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
+# script's directory: its postgresql.conf), SCRAM_TEST_SALT (tests; lib.sh
+# scram_verifier).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

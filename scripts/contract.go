@@ -1,0 +1,296 @@
+package scripts
+
+import "slices"
+
+// Need is what the function owes a script for one variable.
+type Need int
+
+// The needs, strongest first.
+const (
+	// Required: the script refuses to run without it (require_env,
+	// require_int). The function always sends it.
+	Required Need = iota
+	// Expected: the script runs without it, but a part of it the pods rely
+	// on is then off (Var.Meaning says which). The function always sends it.
+	Expected
+	// Optional: the script's default (Var.Default) fits the pods; the
+	// function may send another value.
+	Optional
+	// TestOnly: an override for the scripts' tests (scripts/*_test.go). The
+	// function never sends it.
+	TestOnly
+)
+
+func (n Need) String() string {
+	switch n {
+	case Required:
+		return "required"
+	case Expected:
+		return "expected"
+	case Optional:
+		return "optional"
+	case TestOnly:
+		return "test only"
+	}
+	return "unknown"
+}
+
+// Var is one environment variable a script reads.
+type Var struct {
+	Name string
+	Need Need
+	// When is NAME=VALUE of another variable of the script: only then is
+	// this one needed (Need applies then; otherwise it is not read).
+	When string
+	// Default is what the script takes when the variable is unset or
+	// empty, as the script writes it (${NAME:-Default}); "" when none.
+	Default string
+	// Libpq is set when the PostgreSQL client programs the script runs
+	// read it (libpq's own variables); the script's text may read it too.
+	Libpq bool
+	// Meaning is one line: what it is, and what it is for.
+	Meaning string
+	// Files are the files the script reads in the directory it names, for a
+	// directory the function fills (a Secret's or the ConfigMap's mount).
+	Files []File
+}
+
+// File is one file a script reads in a directory the function fills: a key
+// of the Secret or ConfigMap mounted there.
+type File struct {
+	Name string
+	// Need is Required or Expected when the function always writes the
+	// key, Optional when the script copes with its absence.
+	Need    Need
+	Meaning string
+}
+
+// Script is what one script reads.
+type Script struct {
+	Name string // Entrypoint, Probe, ...
+	// Does is what it does and how it ends, in a few sentences.
+	Does string
+	Env  []Var
+}
+
+// Environment variable names the function sends (the builders use these).
+const (
+	EnvPodName        = "POD_NAME"
+	EnvPGData         = "PGDATA"
+	EnvPGPort         = "PGPORT"
+	EnvPGHost         = "PGHOST"
+	EnvPGUser         = "PGUSER"
+	EnvPGPassword     = "PGPASSWORD"
+	EnvDBName         = "DB_NAME"
+	EnvAppUser        = "APP_USER"
+	EnvPrimaryHost    = "PRIMARY_HOST"
+	EnvPeerDomain     = "PEER_DOMAIN"
+	EnvScriptsDir     = "SCRIPTS_DIR"
+	EnvAppSecretDir   = "APP_SECRET_DIR" //nolint:gosec // G101: a variable's name, not a credential
+	EnvAdminSecretDir = "ADMIN_SECRET_DIR"
+
+	EnvSyncInterval = "SYNC_INTERVAL"
+
+	EnvBackupDir       = "BACKUP_DIR"
+	EnvBackupRetention = "BACKUP_RETENTION"
+	EnvDatabase        = "DATABASE"
+
+	EnvRestoreDir    = "RESTORE_DIR"
+	EnvRestoreBackup = "RESTORE_BACKUP"
+	EnvRestoreSource = "RESTORE_SOURCE"
+
+	EnvPrimaryOrdinal     = "PRIMARY_ORDINAL"
+	EnvInstances          = "INSTANCES"
+	EnvGraceSeconds       = "GRACE_SECONDS"
+	EnvStartingMaxSeconds = "STARTING_MAX_SECONDS"
+	// EnvDurability, EnvLastTimeline and EnvQualifiedOrdinals are what the
+	// function knew when it composed the failover Job; it reads them back
+	// from the observed Job (its pod template is immutable).
+	EnvDurability        = "DURABILITY"
+	EnvLastTimeline      = "LAST_TIMELINE"
+	EnvQualifiedOrdinals = "QUALIFIED_ORDINALS"
+	EnvMode              = "MODE"
+	EnvTargetOrdinal     = "TARGET_ORDINAL"
+
+	// ModeSwitchover is the MODE of a planned switchover's Job.
+	ModeSwitchover = "switchover"
+)
+
+// adminFiles are the named files of the superuser Secret's mount.
+func adminFiles(names ...string) []File {
+	meaning := map[string]string{
+		"username":             "the superuser's name",
+		"password":             "the superuser's password",
+		"replication-username": "the replication role's name",
+		"replication-password": "the replication role's password",
+	}
+	out := make([]File, len(names))
+	for i, n := range names {
+		out[i] = File{Name: n, Need: Required, Meaning: meaning[n]}
+	}
+	return out
+}
+
+// Files of the directories the function fills.
+var (
+	appFiles   = []File{{Name: "password", Need: Required, Meaning: "the app role's password"}}
+	confFile   = File{Name: "postgresql.conf", Need: Expected, Meaning: "the function's settings (WAL bounds, the tier's); included last by the instances' configuration"}
+	primaryKey = File{Name: "primary", Need: Expected, Meaning: "the ordinal the function names the primary (absent: 0)"}
+	instances  = File{Name: "instances", Need: Expected, Meaning: "the number of instances (absent: PEER_ORDINALS + 1)"}
+)
+
+// Variables several scripts read alike.
+var (
+	stateDir    = Var{Name: "STATE_DIR", Need: Optional, Default: "/tmp", Meaning: "the container's own state: the entrypoint's state and hold marks, the probe's last-streamed mark, superuser passfiles"}
+	peerTimeout = Var{Name: "PEER_TIMEOUT", Need: Optional, Default: "2", Meaning: "seconds to connect to a peer's postgres (lib.sh remote_query)"}
+	peerHosts   = Var{Name: "PEER_HOSTS", Need: TestOnly, Meaning: "space-separated host:port of the peers, replacing N-k.PEER_DOMAIN:PGPORT (lib.sh peer_hosts)"}
+	peerOrds    = Var{Name: "PEER_ORDINALS", Need: TestOnly, Default: "9", Meaning: "the highest ordinal when SCRIPTS_DIR/instances is absent (lib.sh instance_count)"}
+	scramSalt   = Var{Name: "SCRAM_TEST_SALT", Need: TestOnly, Meaning: "a fixed base64 salt for the SCRAM verifiers instead of a random one (lib.sh scram_verifier)"}
+	peerDomain  = Var{Name: EnvPeerDomain, Need: Expected, Meaning: "the headless Service's domain: peer k is N-k.PEER_DOMAIN (without it no peer is asked)"}
+	// jobConn is how backup.sh and restore.sh reach the primary (libpq).
+	jobConn = []Var{
+		{Name: EnvPGHost, Need: Required, Libpq: true, Meaning: "the rw Service's host: the primary"},
+		{Name: EnvPGPort, Need: Optional, Default: "5432", Libpq: true, Meaning: "its port"},
+		{Name: EnvPGUser, Need: Expected, Libpq: true, Meaning: "the superuser (libpq's default, the OS user, is no role here)"},
+		{Name: EnvPGPassword, Need: Expected, Libpq: true, Meaning: "its password, from the Secret by reference"},
+		{Name: EnvDBName, Need: Required, Meaning: "the SQL database"},
+	}
+)
+
+// Contract is the pod contract: what each script reads from its environment
+// and from the files the function mounts, one entry per script but lib.sh
+// (what a script reads through the lib.sh functions it calls is its own).
+//
+// Both sides are held to it. TestContractScripts (contract_test.go) reads
+// the scripts and fails when the table misses a variable one of them reads
+// or lists one it never reads, a required one the script does not require,
+// a default, a file or a header that differ. The function's
+// TestContractEnv builds every composed workload and fails when a container
+// running a script lacks a variable the script requires or expects, or
+// sends one that no script it runs reads. notes/CONTRACT.md is generated
+// from it (TestGoldenContract; make golden).
+var Contract = []Script{
+	{
+		Name: Entrypoint,
+		Does: "The command of the postgres container of every instance pod. The ordinal SCRIPTS_DIR/primary names (0 until a failover) is the primary: it initialises an empty data directory once (initdb, roles, database), unless the Database was initialised before (SCRIPTS_DIR/initialized is true, or a peer's postgres answers): then it holds, unready and alive. Every other ordinal clones the primary (pg_basebackup through slot POD_NAME, '-' as '_') and streams from PRIMARY_HOST; a completed clone is never cloned again, a former primary is rewound (pg_rewind) or cloned once a primary on a newer timeline answers. Every path ends in `exec postgres`.",
+		Env: []Var{
+			{Name: EnvPodName, Need: Required, Meaning: "the pod's name; the ordinal after its last '-' picks the role; also cluster_name, application_name and the slot's name"},
+			{Name: EnvPGData, Need: Required, Meaning: "the data directory, on the data volume (its parent holds the replication passfile and the rewind mark)"},
+			{Name: EnvPGPort, Need: Required, Meaning: "the port postgres listens on, and the peers' port"},
+			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory (an absolute path)"},
+			{Name: EnvDBName, Need: Required, Meaning: "the SQL database the primary's bootstrap creates"},
+			{Name: EnvAppUser, Need: Required, Meaning: "the app role the bootstrap creates, owner of DB_NAME"},
+			{Name: EnvPrimaryHost, Need: Required, Meaning: "where standbys clone and stream from: the rw Service, which follows a failover (required on standbys)"},
+			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
+			peerDomain,
+			{Name: EnvScriptsDir, Need: Required, Meaning: "the scripts ConfigMap's mount", Files: []File{
+				primaryKey, instances,
+				{Name: "initialized", Need: Optional, Meaning: "true once the Database has been ready: an empty data directory is then lost data, never initialised again"},
+				confFile,
+			}},
+			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount", Files: appFiles},
+			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
+			stateDir,
+			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between clone attempts, and between looks while holding"},
+			{Name: "CLONE_MAX_RATE", Need: Optional, Meaning: "pg_basebackup --max-rate of a clone (none: unbounded)"},
+			peerTimeout, peerHosts, peerOrds, scramSalt,
+		},
+	},
+	{
+		Name: Probe,
+		Does: "`probe.sh ready|live`, the readiness and liveness probes of the postgres container (the container's environment). Ready: postgres runs (not initialising, cloning or holding) and accepts connections; a standby also streams, at most READY_MAX_LAG_BYTES behind, within the last READY_GRACE_SECONDS; a primary that finds a peer writing on a newer timeline stops its postgres (the fence) and is not ready. Live: postgres answers, or the pod deliberately initialises, clones or holds; not a standby marked to be cloned again, nor one whose replay paused for a setting the primary raised.",
+		Env: []Var{
+			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
+			{Name: EnvPGPort, Need: Required, Meaning: "the port; also the peers' port"},
+			{Name: EnvPGData, Need: Expected, Meaning: "the data directory: tells a standby (standby.signal) and its marks; without it no fence and no reclone or paused-replay check"},
+			{Name: EnvPodName, Need: Expected, Meaning: "the pod's name: its peers are the other ordinals (the fence)"},
+			peerDomain,
+			{Name: EnvScriptsDir, Need: Expected, Meaning: "the scripts ConfigMap's mount; without it no fence", Files: []File{instances}},
+			{Name: EnvAdminSecretDir, Need: Expected, Meaning: "the superuser Secret's mount: the role probes connect as (else postgres), and the peers' credentials (the fence)", Files: adminFiles("username", "password")},
+			stateDir,
+			{Name: "READY_GRACE_SECONDS", Need: Optional, Default: "60", Meaning: "how long a standby that stopped streaming stays ready"},
+			{Name: "READY_MAX_LAG_BYTES", Need: Optional, Default: "268435456", Meaning: "how far (bytes of WAL) a ready standby may be behind the primary"},
+			{Name: "PROBE_QUERY_TIMEOUT", Need: Optional, Default: "3", Meaning: "seconds a probe's query may take"},
+			peerTimeout, peerHosts, peerOrds,
+		},
+	},
+	{
+		Name: SyncPasswords,
+		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed.",
+		Env: []Var{
+			{Name: EnvPodName, Need: Required, Meaning: "the pod's name: its ordinal (0 applies the passwords) and its slot"},
+			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
+			{Name: EnvPGPort, Need: Required, Meaning: "the port"},
+			{Name: EnvPGData, Need: Required, Meaning: "the data directory (shared with the postgres container): the clone's marks, the passfile beside it"},
+			{Name: EnvAppUser, Need: Required, Meaning: "the app role whose password is applied"},
+			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount", Files: appFiles},
+			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
+			{Name: EnvPrimaryHost, Need: Expected, Meaning: "the primary a standby asks about its slot; without it no slot check"},
+			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
+			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey}},
+			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
+			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},
+			stateDir,
+			{Name: "SYNC_ONCE", Need: TestOnly, Meaning: "1: one round, then exit with its status"},
+			scramSalt,
+		},
+	},
+	{
+		Name: Backup,
+		Does: "The backup CronJob's container: one backup of DB_NAME into BACKUP_DIR, files DATABASE-YYYYmmddTHHMMSSZ.{dump,globals.sql,sha256} (pg_dump -Fc, pg_dumpall --globals-only, their checksums written last), verified before they get their names; then only the BACKUP_RETENTION newest good backups of DATABASE stay. Before the dump, once the server answers, a lowered retention applies and the oldest good backups go while the free space is short of 1.5 times the newest one, never below one. A run that fails exits non-zero and removes its own files.",
+		Env: slices.Concat(jobConn, []Var{
+			{Name: EnvBackupDir, Need: Required, Meaning: "the backups volume's mount (ordinal 0's), writable"},
+			{Name: EnvBackupRetention, Need: Required, Meaning: "how many good backups to keep (>= 1)"},
+			{Name: EnvDatabase, Need: Required, Meaning: "the Database's name: the backup files' prefix"},
+			{Name: "BACKUP_WAIT_SECONDS", Need: Optional, Default: "120", Meaning: "how long to wait for the server to answer before giving up (nothing removed)"},
+			{Name: "LOCK_WAIT_TIMEOUT", Need: Optional, Default: "5min", Meaning: "pg_dump --lock-wait-timeout"},
+		}),
+	},
+	{
+		Name: Restore,
+		Does: "The restore Job's container: restores one backup of RESTORE_SOURCE from RESTORE_DIR into DB_NAME (pg_restore --no-owner --role=APP_USER, one transaction) and ends with one line `restore: SUCCESS: ...` (also the termination message). Exit 0 restored (or already restored by this Job: its mark on the database), 2 the server did not answer in time, 3 refused (DB_NAME holds user tables; nothing changed), 4 no usable backup (the one named is not there or does not verify; nothing changed), 1 anything else.",
+		Env: slices.Concat(jobConn, []Var{
+			{Name: EnvAppUser, Need: Required, Meaning: "the app role that owns what is restored"},
+			{Name: EnvRestoreDir, Need: Required, Meaning: "the source's backups volume's mount, read-only"},
+			{Name: EnvRestoreBackup, Need: Optional, Default: "latest", Meaning: "latest (the newest good backup) or a backup's file name"},
+			{Name: EnvRestoreSource, Need: Optional, Meaning: "the source Database's name: the backup files' prefix (empty: any)"},
+			{Name: "RESTORE_WAIT_SECONDS", Need: Optional, Default: "600", Meaning: "how long to wait for the server (exit 2 after)"},
+			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between connection attempts"},
+			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where the final line goes as the termination message"},
+		}),
+	},
+	{
+		Name: Failover,
+		Does: "The failover Job's container (docs/failover.md). A failover: waits GRACE_SECONDS for the lost primary PRIMARY_ORDINAL to answer as a primary (longer while it is starting, up to STARTING_MAX_SECONDS), then promotes the most advanced qualified standby, once its replay settled and every other standby streams from it; a switchover (MODE=switchover) makes the primary read-only, waits for TARGET_ORDINAL to replay everything and promotes it. The outcome is one JSON line, the termination message: {\"result\":\"promoted\",\"from\":F,\"to\":T,\"timeline\":N,\"lsn\":\"X/Y\",\"reason\":...} or {\"result\":\"not-needed\",...}, exit 0; {\"result\":\"held\",...} (no promotion now, and why), exit 5; exit 5 too when no standby answers.",
+		Env: []Var{
+			{Name: EnvDatabase, Need: Required, Meaning: "the Database's name N: instance k is N-k"},
+			{Name: EnvPrimaryOrdinal, Need: Required, Meaning: "the lost primary's ordinal (the current one, for a switchover)"},
+			{Name: EnvInstances, Need: Required, Meaning: "the number of instances (>= 2)"},
+			{Name: EnvPeerDomain, Need: Required, Meaning: "the headless Service's domain: instance k is N-k.PEER_DOMAIN"},
+			{Name: EnvPGPort, Need: Required, Meaning: "the instances' port"},
+			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password")},
+			{Name: EnvGraceSeconds, Need: Optional, Default: "10", Meaning: "how long the primary may stay silent before a standby is promoted"},
+			{Name: EnvStartingMaxSeconds, Need: Optional, Default: "120", Meaning: "how much longer a primary that is starting up (rejecting connections) may take"},
+			{Name: EnvDurability, Need: Expected, Meaning: "sync or async, as the function resolved spec.durability (without it: sync when a standby has synchronous_standby_names)"},
+			{Name: EnvLastTimeline, Need: Expected, Default: "1", Meaning: "the last recorded failover's timeline: an instance answering as a primary counts as promoted only above it"},
+			{Name: EnvQualifiedOrdinals, Need: Expected, Meaning: "the standbys whose pods were ready, ascending, space-separated, possibly empty: the only ones to promote under async (unset: every standby)"},
+			{Name: EnvMode, Need: Optional, Default: "failover", Meaning: "failover, or switchover: a planned move to TARGET_ORDINAL"},
+			{Name: EnvTargetOrdinal, Need: Required, When: EnvMode + "=" + ModeSwitchover, Meaning: "the ordinal a switchover promotes"},
+			{Name: "STALL_LOOKS", Need: Optional, Default: "3", Meaning: "looks in a row at the same replay position after which a standby counts as settled"},
+			{Name: "CANDIDATE_ROUNDS", Need: Optional, Default: "15", Meaning: "rounds (2 s apart) of asking every standby before choosing among those that answered"},
+			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where the outcome goes"},
+			stateDir, peerTimeout,
+			{Name: "FAILOVER_HOSTS", Need: TestOnly, Meaning: "space-separated host:port by ordinal, replacing N-k.PEER_DOMAIN:PGPORT"},
+		},
+	},
+}
+
+// ContractOf is the table's entry for script name.
+func ContractOf(name string) (Script, bool) {
+	for _, s := range Contract {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Script{}, false
+}
