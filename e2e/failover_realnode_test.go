@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
@@ -26,14 +30,15 @@ import (
 // replication, a client writing through the rw Service five times a second,
 // and its primary lost again and again: frozen (every process of its pod
 // stopped, as a node that hangs), its data volume emptied, frozen again,
-// frozen with Crossplane core down. Each time the most advanced standby
-// must take over, writes must succeed again through N, the old primary must
-// rejoin as a standby, every instance must stream and the XR must be Ready;
-// the independent checker (internal/checker) reads the client's log and
-// the surviving rows and reports one line per scenario: no acknowledged
-// write may be missing, none acknowledged by a deposed primary. A loss with
-// asynchronous replication reports the writes lost without failing on
-// them; a planned switchover loses none.
+// frozen with Crossplane core down, frozen with a transaction held open on
+// it. Each time the most advanced standby must take over, writes must
+// succeed again through N, the old primary must rejoin as a standby, every
+// instance must stream and the XR must be Ready; the independent checker
+// (internal/checker) reads the client's log and the surviving rows and
+// reports one line per scenario: no acknowledged write may be missing, none
+// acknowledged by a deposed primary. A loss with asynchronous replication
+// reports the writes lost without failing on them; a planned switchover
+// loses none.
 func TestFailover(t *testing.T) {
 	s := env
 	s.realNode(t)
@@ -59,6 +64,13 @@ func TestFailover(t *testing.T) {
 		// fail, none lands twice), and core finishes the failover when it
 		// is back.
 		{"CrossplaneDown", "freeze-core-down", "sync"},
+		// A session on the primary's own socket holds a transaction open
+		// (BEGIN; INSERT) across the freeze and sends COMMIT once the
+		// standby is promoted and the old primary resumes: the Job
+		// detached every other standby from it before the promotion, so
+		// its synchronous commit has none to acknowledge it and must not
+		// return.
+		{"SessionOpenAcrossFreeze", "freeze-session", "sync"},
 		{"FrozenAsync", "freeze", "async"},
 	}
 	for _, l := range losses {
@@ -112,9 +124,16 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	if err != nil {
 		t.Fatal(err)
 	}
+	// freeze-session: a transaction held open on the primary across the
+	// freeze, its row inserted but not committed.
+	var held *heldTxn
+	if how == "freeze-session" {
+		held = s.holdTransaction(t, ns, from)
+	}
+
 	lost := time.Now()
 	switch how {
-	case "freeze":
+	case "freeze", "freeze-session":
 		// Every postgres process of the pod stops, the postmaster included
 		// (only the host can stop a container's init): a hung primary.
 		// It resumes once the failover is done, as a node that comes back:
@@ -165,16 +184,25 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	if strings.HasPrefix(how, "freeze") {
 		signalPod(t, string(pod.UID), syscall.SIGCONT)
 	}
+	var extra []checker.Attempt
+	if held != nil {
+		extra = append(extra, s.commitAfterPromotion(t, ns, held))
+	}
 	// A former primary with its data rewinds onto the new one; one whose
 	// volume was emptied has nothing to rewind and is cloned.
 	rejoin := rejoinRewind
 	if how == "empty" {
 		rejoin = rejoinClone
 	}
-	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+	r := s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
 		scenario: name, durability: checker.Durability(durability),
-		from: from, to: to, fault: lost, promoted: promoted, rejoin: rejoin,
+		from: from, to: to, fault: lost, promoted: promoted, rejoin: rejoin, extra: extra,
 	})
+	if held != nil {
+		held.check(t, r)
+		out, err := s.appSQL(ns, to, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", checker.Table, heldRow))
+		t.Logf("the held row %d on the new primary %s: %s rows (%v)", heldRow, to, strings.TrimSpace(out), err)
+	}
 	if c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count"); c <= count {
 		t.Errorf("status.failover.count %d, want more than %d", c, count)
 	}
@@ -198,6 +226,8 @@ type failoverCheck struct {
 	// rejoin is how the old primary must rejoin (rejoinRewind,
 	// rejoinClone).
 	rejoin string
+	// extra are writes besides the writer's (a held transaction's COMMIT).
+	extra []checker.Attempt
 }
 
 // rtoGoal is the issue's liveness goal (S6): with a healthy qualifying
@@ -243,7 +273,7 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 
 	// The writes, read before the surviving rows: every write the log
 	// says was acknowledged committed before the rows are read.
-	attempts := writer.Parse(s.podLog(ns, writerName, "writer"))
+	attempts := append(writer.Parse(s.podLog(ns, writerName, "writer")), c.extra...)
 	attempts = slices.DeleteFunc(attempts, func(a checker.Attempt) bool { return knownLost[a.ID] })
 	out, err := s.appSQL(ns, c.to, checker.SurvivingSQL)
 	if err != nil {
@@ -388,6 +418,168 @@ func lastLines(s string, n int) string {
 func (s *suite) appSQL(ns, pod, stmt string) (string, error) {
 	return s.execIn(ns, pod, "postgres", "bash", "-c",
 		`exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$DB_NAME" -c "$0"`, stmt)
+}
+
+// heldRow is the id the held transaction inserts: negative, never one of
+// the writer's (1, 2, ...).
+const heldRow = -1
+
+// heldTxn is a transaction held open on a primary across its loss: a psql
+// session in the primary's postgres container (over its socket, as the
+// superuser, in the app database), fed one line at a time through an exec's
+// stdin, its output read as it comes.
+type heldTxn struct {
+	pod    string
+	in     io.WriteCloser
+	lines  chan string
+	start  time.Time      // the INSERT sent
+	server checker.Server // who answered the INSERT
+	commit checker.Attempt
+}
+
+// holdTransaction opens the session on pod and inserts heldRow in a
+// transaction it leaves open.
+func (s *suite) holdTransaction(t *testing.T, ns, pod string) *heldTxn {
+	t.Helper()
+	cmd := []string{"bash", "-c", `exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$DB_NAME" 2>&1`}
+	req := s.k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "postgres", Command: cmd, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(s.k.cfg, "POST", req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	h := &heldTxn{pod: pod, in: inW, lines: make(chan string, 100)}
+	done := make(chan error, 1)
+	go func() {
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: outW})
+		// Ended (the container restarted, psql exited): a send fails
+		// rather than block, and the reader sees the end.
+		inR.CloseWithError(fmt.Errorf("session ended: %v", err))
+		outW.CloseWithError(fmt.Errorf("session ended: %v", err))
+		done <- err
+	}()
+	go func() {
+		defer close(h.lines)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		cancel()
+		outR.Close()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Logf("the session on %s did not end within 30 s of its cancellation", pod)
+		}
+	})
+
+	h.start = time.Now()
+	if err := h.send("BEGIN;", checker.InsertSQL(heldRow)+";", `\echo inserted`); err != nil {
+		t.Fatalf("the session on %s: %v", pod, err)
+	}
+	seen, ok := h.expect("inserted", time.Minute)
+	if !ok {
+		t.Fatalf("the session on %s did not insert row %d: %q", pod, heldRow, seen)
+	}
+	for _, l := range seen {
+		if srv, err := checker.ParseAnswer(heldRow, l); err == nil {
+			h.server = srv
+		}
+	}
+	if h.server == (checker.Server{}) {
+		t.Fatalf("the session on %s inserted row %d but did not say who it is: %q", pod, heldRow, seen)
+	}
+	t.Logf("a session on %s holds a transaction open: row %d inserted, not committed, on %s", pod, heldRow, h.server)
+	return h
+}
+
+// send writes lines of SQL or psql meta-commands to the session.
+func (h *heldTxn) send(lines ...string) error {
+	_, err := io.WriteString(h.in, strings.Join(lines, "\n")+"\n")
+	return err
+}
+
+// expect waits up to d for a line equal to want; every line read is
+// returned. ok is false when want did not come (or the session ended).
+func (h *heldTxn) expect(want string, d time.Duration) (seen []string, ok bool) {
+	deadline := time.After(d)
+	for {
+		select {
+		case l, open := <-h.lines:
+			if !open {
+				return seen, false
+			}
+			seen = append(seen, l)
+			if l == want {
+				return seen, true
+			}
+		case <-deadline:
+			return seen, false
+		}
+	}
+}
+
+// commitAfterPromotion sends COMMIT on the resumed old primary and waits
+// 10 s for it, far longer than a standby's acknowledgement takes: the
+// negative is what is asserted, so a slow machine cannot make it pass
+// wrongly. It returns the write as the checker reads it: acknowledged by
+// the old primary if COMMIT returned, else indeterminate (it committed
+// locally, perhaps, and waits for a standby).
+//
+// A COMMIT that does not return proves something only if it was waiting:
+// one second in, the old primary is asked (on its socket) how many of its
+// sessions wait for a synchronous standby (wait_event SyncRep); the answer
+// is logged, not asserted, since the old primary's probe may fence it at
+// any moment.
+func (s *suite) commitAfterPromotion(t *testing.T, ns string, h *heldTxn) checker.Attempt {
+	t.Helper()
+	// A session already ended (its server fenced) takes no COMMIT: none
+	// returns.
+	var seen []string
+	ok := false
+	if err := h.send("COMMIT;", `\echo committed`); err != nil {
+		seen = []string{err.Error()}
+	} else {
+		waiting := make(chan string, 1)
+		go func() {
+			time.Sleep(time.Second)
+			waiting <- s.superSQL(ns, h.pod, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+		}()
+		seen, ok = h.expect("committed", 10*time.Second)
+		t.Logf("sessions of %s waiting for a synchronous standby 1 s after the COMMIT: %s", h.pod, <-waiting)
+	}
+	h.commit = checker.Attempt{ID: heldRow, Start: h.start, End: time.Now()}
+	if ok {
+		h.commit.Server = h.server
+		t.Errorf("the COMMIT of the transaction held open on %s returned after the promotion (lines %q): a standby still acknowledged the deposed primary's commit", h.pod, seen)
+	} else {
+		h.commit.Err = fmt.Errorf("%w: COMMIT on the resumed old primary %s did not return within 10 s (lines %q)", checker.ErrIndeterminate, h.pod, seen)
+		t.Logf("the COMMIT held open on %s did not return within 10 s, as it must not (lines %q)", h.pod, seen)
+	}
+	return h.commit
+}
+
+// check: the checker did not count the held row as acknowledged (it would
+// then be lost, and acknowledged by a deposed primary).
+func (h *heldTxn) check(t *testing.T, r checker.Report) {
+	t.Helper()
+	if h.commit.Outcome() == checker.Acknowledged {
+		return // reported by commitAfterPromotion, and by the checker
+	}
+	for _, a := range r.AckedByDeposed {
+		if a.ID == heldRow {
+			t.Errorf("the checker reports row %d acknowledged by %s", heldRow, a.Server)
+		}
+	}
+	if slices.Contains(r.Lost, heldRow) {
+		t.Errorf("the checker reports row %d acknowledged and lost", heldRow)
+	}
 }
 
 // readyInstances counts the Database's Ready instance pods.
