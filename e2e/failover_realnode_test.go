@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,8 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
@@ -128,7 +125,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	// freeze, its row inserted but not committed.
 	var held *heldTxn
 	if how == "freeze-session" {
-		held = s.holdTransaction(t, ns, from)
+		held = s.holdTransaction(t, ns, db, from)
 	}
 
 	lost := time.Now()
@@ -424,68 +421,69 @@ func (s *suite) appSQL(ns, pod, stmt string) (string, error) {
 // the writer's (1, 2, ...).
 const heldRow = -1
 
-// heldTxn is a transaction held open on a primary across its loss: a psql
-// session in the primary's postgres container (over its socket, as the
-// superuser, in the app database), fed one line at a time through an exec's
-// stdin, its output read as it comes.
+// heldTxn is a transaction held open on a primary across its loss: psql in
+// a small client pod of its own, connected to the primary pod's own address
+// (not N, which moves) with the app's credentials, reading its statements
+// from a FIFO the test writes one exec at a time, its output in the pod's
+// log. A pod rather than one exec held open with its stdin: in the first
+// run such an exec's stdin was closed from the client's side about when
+// the primary froze (psql read the end of its input and exited 0, cause not
+// found), so its COMMIT proved nothing.
 type heldTxn struct {
-	pod    string
-	in     io.WriteCloser
-	lines  chan string
-	start  time.Time      // the INSERT sent
-	server checker.Server // who answered the INSERT
-	commit checker.Attempt
+	s        *suite
+	ns, pod  string
+	primary  string
+	start    time.Time      // the INSERT sent
+	server   checker.Server // who answered the INSERT
+	commit   checker.Attempt
+	finished bool // psql exited
 }
 
-// holdTransaction opens the session on pod and inserts heldRow in a
-// transaction it leaves open.
-func (s *suite) holdTransaction(t *testing.T, ns, pod string) *heldTxn {
-	t.Helper()
-	cmd := []string{"bash", "-c", `exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$DB_NAME" 2>&1`}
-	req := s.k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "postgres", Command: cmd, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(s.k.cfg, "POST", req.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	h := &heldTxn{pod: pod, in: inW, lines: make(chan string, 100)}
-	done := make(chan error, 1)
-	go func() {
-		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: outW})
-		// Ended (the container restarted, psql exited): a send fails
-		// rather than block, and the reader sees the end.
-		inR.CloseWithError(fmt.Errorf("session ended: %v", err))
-		outW.CloseWithError(fmt.Errorf("session ended: %v", err))
-		done <- err
-	}()
-	go func() {
-		defer close(h.lines)
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		inW.Close()
-		cancel()
-		outR.Close()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Logf("the session on %s did not end within 30 s of its cancellation", pod)
-		}
-	})
+// heldScript waits until the primary answers (a pod's first DNS lookups
+// can fail for a moment), keeps the FIFO open for writing itself (3<>), so
+// psql sees no end of input between the test's writes, and says when psql
+// exits.
+const heldScript = `until psql -X -q -c 'SELECT 1' >/dev/null; do sleep 1; done
+mkfifo /tmp/in && exec 3<>/tmp/in
+psql -X -A -t -q -v ON_ERROR_STOP=1 <&3 2>&1
+echo "psql exited $?"
+exec sleep infinity`
 
+// holdTransaction starts the session's pod against primary (a pod of
+// Database db) and inserts heldRow in a transaction it leaves open.
+func (s *suite) holdTransaction(t *testing.T, ns, db, primary string) *heldTxn {
+	t.Helper()
+	const name = "held-session"
+	secret := db + "-credentials"
+	p := psqlPod(ns, name, "psql", []string{"bash", "-c", heldScript}, []corev1.EnvVar{
+		{Name: "PGHOST", Value: primary + "." + db + "-hl." + ns + ".svc.cluster.local"},
+		{Name: "PGCONNECT_TIMEOUT", Value: "5"},
+		secretEnv("PGUSER", secret, "username"),
+		secretEnv("PGPASSWORD", secret, "password"),
+		secretEnv("PGDATABASE", secret, "dbname"),
+	})
+	ctx := context.Background()
+	if _, err := s.k.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the session's pod: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	})
+	eventually(t, 2*time.Minute, "the session's pod Running", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
+	})
+	h := &heldTxn{s: s, ns: ns, pod: name, primary: primary}
 	h.start = time.Now()
 	if err := h.send("BEGIN;", checker.InsertSQL(heldRow)+";", `\echo inserted`); err != nil {
-		t.Fatalf("the session on %s: %v", pod, err)
+		t.Fatalf("the session on %s: %v", primary, err)
 	}
 	seen, ok := h.expect("inserted", time.Minute)
 	if !ok {
-		t.Fatalf("the session on %s did not insert row %d: %q", pod, heldRow, seen)
+		t.Fatalf("the session on %s did not insert row %d: %q", primary, heldRow, seen)
 	}
 	for _, l := range seen {
 		if srv, err := checker.ParseAnswer(heldRow, l); err == nil {
@@ -493,35 +491,42 @@ func (s *suite) holdTransaction(t *testing.T, ns, pod string) *heldTxn {
 		}
 	}
 	if h.server == (checker.Server{}) {
-		t.Fatalf("the session on %s inserted row %d but did not say who it is: %q", pod, heldRow, seen)
+		t.Fatalf("the session on %s inserted row %d but did not say who it is: %q", primary, heldRow, seen)
 	}
-	t.Logf("a session on %s holds a transaction open: row %d inserted, not committed, on %s", pod, heldRow, h.server)
+	t.Logf("a session holds a transaction open on %s: row %d inserted, not committed, on %s", primary, heldRow, h.server)
 	return h
 }
 
-// send writes lines of SQL or psql meta-commands to the session.
+// send writes lines of SQL or psql meta-commands to the session's FIFO.
 func (h *heldTxn) send(lines ...string) error {
-	_, err := io.WriteString(h.in, strings.Join(lines, "\n")+"\n")
+	_, err := h.s.exec(h.ns, h.pod, append([]string{"bash", "-c", `printf '%s\n' "$@" >/tmp/in`, "send"}, lines...)...)
 	return err
 }
 
-// expect waits up to d for a line equal to want; every line read is
-// returned. ok is false when want did not come (or the session ended).
-func (h *heldTxn) expect(want string, d time.Duration) (seen []string, ok bool) {
-	deadline := time.After(d)
+// read is the session's log, a line each, and whether psql has exited
+// (which sets h.finished).
+func (h *heldTxn) read() []string {
+	lines := strings.Split(strings.TrimSpace(h.s.podLog(h.ns, h.pod, "psql")), "\n")
+	if slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "psql exited") }) {
+		h.finished = true
+	}
+	return lines
+}
+
+// expect waits up to d for a line equal to want in the session's log, and
+// returns its lines. ok is false when want did not come, or psql exited
+// first.
+func (h *heldTxn) expect(want string, d time.Duration) (lines []string, ok bool) {
+	deadline := time.Now().Add(d)
 	for {
-		select {
-		case l, open := <-h.lines:
-			if !open {
-				return seen, false
-			}
-			seen = append(seen, l)
-			if l == want {
-				return seen, true
-			}
-		case <-deadline:
-			return seen, false
+		lines = h.read()
+		if slices.Contains(lines, want) {
+			return lines, true
 		}
+		if h.finished || time.Now().After(deadline) {
+			return lines, false
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -532,35 +537,43 @@ func (h *heldTxn) expect(want string, d time.Duration) (seen []string, ok bool) 
 // the old primary if COMMIT returned, else indeterminate (it committed
 // locally, perhaps, and waits for a standby).
 //
-// A COMMIT that does not return proves something only if it was waiting:
-// one second in, the old primary is asked (on its socket) how many of its
-// sessions wait for a synchronous standby (wait_event SyncRep); the answer
-// is logged, not asserted, since the old primary's probe may fence it at
-// any moment.
+// A COMMIT that does not return proves something only if it was sent and
+// waited: the test fails when the session had ended before it (its psql
+// exited). One second in, the old primary is asked (on its socket) how many
+// of its sessions wait for a synchronous standby (wait_event SyncRep); that
+// is logged, not asserted, since the old primary's probe may fence it at any
+// moment, which ends the session too.
 func (s *suite) commitAfterPromotion(t *testing.T, ns string, h *heldTxn) checker.Attempt {
 	t.Helper()
-	// A session already ended (its server fenced) takes no COMMIT: none
-	// returns.
+	if lines := h.read(); h.finished {
+		t.Errorf("the session on %s ended before its COMMIT was sent, which then proves nothing: %q", h.primary, lines)
+	}
 	var seen []string
 	ok := false
+	sent := time.Now()
 	if err := h.send("COMMIT;", `\echo committed`); err != nil {
 		seen = []string{err.Error()}
 	} else {
 		waiting := make(chan string, 1)
 		go func() {
 			time.Sleep(time.Second)
-			waiting <- s.superSQL(ns, h.pod, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+			waiting <- s.superSQL(ns, h.primary, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
 		}()
 		seen, ok = h.expect("committed", 10*time.Second)
-		t.Logf("sessions of %s waiting for a synchronous standby 1 s after the COMMIT: %s", h.pod, <-waiting)
+		t.Logf("sessions of %s waiting for a synchronous standby 1 s after the COMMIT: %s", h.primary, <-waiting)
 	}
 	h.commit = checker.Attempt{ID: heldRow, Start: h.start, End: time.Now()}
-	if ok {
+	tail := seen[max(0, len(seen)-4):]
+	switch {
+	case ok:
 		h.commit.Server = h.server
-		t.Errorf("the COMMIT of the transaction held open on %s returned after the promotion (lines %q): a standby still acknowledged the deposed primary's commit", h.pod, seen)
-	} else {
-		h.commit.Err = fmt.Errorf("%w: COMMIT on the resumed old primary %s did not return within 10 s (lines %q)", checker.ErrIndeterminate, h.pod, seen)
-		t.Logf("the COMMIT held open on %s did not return within 10 s, as it must not (lines %q)", h.pod, seen)
+		t.Errorf("the COMMIT of the transaction held open on %s returned after the promotion (session %q): a standby still acknowledged the deposed primary's commit", h.primary, tail)
+	case h.finished:
+		h.commit.Err = fmt.Errorf("%w: the session on the resumed old primary %s ended %s after its COMMIT without its return (session %q)", checker.ErrIndeterminate, h.primary, time.Since(sent).Round(100*time.Millisecond), tail)
+		t.Logf("the COMMIT held open on %s did not return: the session ended %s after it (session %q)", h.primary, time.Since(sent).Round(100*time.Millisecond), tail)
+	default:
+		h.commit.Err = fmt.Errorf("%w: COMMIT on the resumed old primary %s did not return within 10 s (session %q)", checker.ErrIndeterminate, h.primary, tail)
+		t.Logf("the COMMIT held open on %s did not return within 10 s, as it must not (session %q)", h.primary, tail)
 	}
 	return h.commit
 }
