@@ -439,12 +439,13 @@ type heldTxn struct {
 	finished bool // psql exited
 }
 
-// heldScript waits until the primary answers (a pod's first DNS lookups
-// can fail for a moment), keeps the FIFO open for writing itself (3<>), so
-// psql sees no end of input between the test's writes, and says when psql
-// exits.
-const heldScript = `until psql -X -q -c 'SELECT 1' >/dev/null; do sleep 1; done
-mkfifo /tmp/in && exec 3<>/tmp/in
+// heldScript makes the FIFO and keeps it open for writing itself (3<>), so
+// psql sees no end of input between the test's writes; waits until the
+// primary answers (a pod's first connections can fail for a moment); says
+// it is ready, and when psql exits.
+const heldScript = `mkfifo /tmp/in && exec 3<>/tmp/in || exit 1
+until psql -X -q -c 'SELECT 1' >/dev/null; do sleep 1; done
+echo ready
 psql -X -A -t -q -v ON_ERROR_STOP=1 <&3 2>&1
 echo "psql exited $?"
 exec sleep infinity`
@@ -477,6 +478,11 @@ func (s *suite) holdTransaction(t *testing.T, ns, db, primary string) *heldTxn {
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
 	})
 	h := &heldTxn{s: s, ns: ns, pod: name, primary: primary}
+	// Statements sent before the FIFO exists would make a plain file of
+	// it: wait until the script says it is ready (send checks, too).
+	if seen, ok := h.expect("ready", 2*time.Minute); !ok {
+		t.Fatalf("the session's pod did not reach %s: %q", primary, seen)
+	}
 	h.start = time.Now()
 	if err := h.send("BEGIN;", checker.InsertSQL(heldRow)+";", `\echo inserted`); err != nil {
 		t.Fatalf("the session on %s: %v", primary, err)
@@ -499,7 +505,7 @@ func (s *suite) holdTransaction(t *testing.T, ns, db, primary string) *heldTxn {
 
 // send writes lines of SQL or psql meta-commands to the session's FIFO.
 func (h *heldTxn) send(lines ...string) error {
-	_, err := h.s.exec(h.ns, h.pod, append([]string{"bash", "-c", `printf '%s\n' "$@" >/tmp/in`, "send"}, lines...)...)
+	_, err := h.s.exec(h.ns, h.pod, append([]string{"bash", "-c", `[[ -p /tmp/in ]] || { echo "no FIFO /tmp/in" >&2; exit 3; }; printf '%s\n' "$@" >/tmp/in`, "send"}, lines...)...)
 	return err
 }
 
