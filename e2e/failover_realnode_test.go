@@ -17,30 +17,39 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/writer"
+	"github.com/example/function-database/internal/checker"
 )
 
 // TestFailover: a large Database (three instances) with synchronous
 // replication, a client writing through the rw Service five times a second,
-// and its primary lost three times in a row: frozen (every process of its pod
-// stopped, as a node that hangs), its data volume emptied, frozen again. Each
-// time the most advanced standby must take over, writes must succeed again
-// through N, the old primary must rejoin as a standby, every instance must
-// stream and the XR must be Ready; no acknowledged write may be missing. A
-// fourth loss with asynchronous replication reports the writes lost.
+// and its primary lost again and again: frozen (every process of its pod
+// stopped, as a node that hangs), its data volume emptied, frozen again,
+// frozen with Crossplane core down, frozen with a transaction held open on
+// it. Each time the most advanced standby must take over, writes must
+// succeed again through N, the old primary must rejoin as a standby, every
+// instance must stream and the XR must be Ready; the independent checker
+// (internal/checker) reads the client's log and the surviving rows and
+// reports one line per scenario: no acknowledged write may be missing, none
+// acknowledged by a deposed primary. A loss with asynchronous replication
+// reports the writes lost without failing on them; a planned switchover
+// loses none.
 func TestFailover(t *testing.T) {
 	s := env
 	s.realNode(t)
-	const ns, db, writer = "failover-real", "ledger", "writer"
+	const ns, db, writerName = "failover-real", "ledger", "writer"
 	s.realNamespace(t, ns)
 	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
 	s.waitRealReady(t, d)
 	if got := str(d.get(t), "status", "primary"); got != db+"-0" {
 		t.Fatalf("status.primary = %q, want %s-0", got, db)
 	}
-	s.writerPod(t, ns, writer, db)
+	s.writerPod(t, ns, writerName, db)
 	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
-		acks, _ := writerAcks(s.podLog(ns, writer, "writer"))
-		return len(acks) > 0, lastLines(s.podLog(ns, writer, "writer"), 3)
+		log := s.podLog(ns, writerName, "writer")
+		return !lastAcknowledged(writer.Parse(log)).IsZero(), lastLines(log, 3)
 	})
 
 	losses := []struct{ name, how, durability string }{
@@ -52,19 +61,26 @@ func TestFailover(t *testing.T) {
 		// fail, none lands twice), and core finishes the failover when it
 		// is back.
 		{"CrossplaneDown", "freeze-core-down", "sync"},
+		// A session on the primary's own socket holds a transaction open
+		// (BEGIN; INSERT) across the freeze and sends COMMIT once the
+		// standby is promoted and the old primary resumes: the Job
+		// detached every other standby from it before the promotion, so
+		// its synchronous commit has none to acknowledge it and must not
+		// return.
+		{"SessionOpenAcrossFreeze", "freeze-session", "sync"},
 		{"FrozenAsync", "freeze", "async"},
 	}
 	for _, l := range losses {
-		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writer, l.how, l.durability) }) {
+		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
 			return
 		}
 	}
-	s.step(t, "Switchover", func(t *testing.T) { s.switchover(t, d, ns, db, writer) })
+	s.step(t, "Switchover", func(t *testing.T) { s.switchover(t, d, ns, db, writerName) })
 }
 
 // switchover moves the primary back to ordinal 0 on purpose (spec.primary):
 // no acknowledged write may be lost, with asynchronous replication too.
-func (s *suite) switchover(t *testing.T, d database, ns, db, writer string) {
+func (s *suite) switchover(t *testing.T, d database, ns, db, writerName string) {
 	from := str(d.get(t), "status", "primary")
 	to := db + "-0"
 	if from == to {
@@ -78,15 +94,21 @@ func (s *suite) switchover(t *testing.T, d database, ns, db, writer string) {
 		c := getCondition(u, "Failover")
 		return str(u, "status", "primary") == to, fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
-	t.Logf("switchover %s → %s in %s", from, to, time.Since(start).Round(time.Second))
+	promoted := time.Now()
+	t.Logf("switchover %s → %s in %s", from, to, promoted.Sub(start).Round(time.Second))
 	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "Switchover" {
 		t.Errorf("status.failover.last.reason %q, want Switchover", r)
 	}
-	s.checkAfterFailover(t, d, ns, db, writer, from, to, start, time.Now(), "async (switchover)", rejoinRewind)
+	durability := checker.Durability(str(d.get(t), "spec", "durability"))
+	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+		scenario: "Switchover", durability: durability, noLoss: true,
+		from: from, to: to, fault: start, promoted: promoted, rejoin: rejoinRewind,
+	})
 }
 
-// loseThePrimary loses the current primary one way, and checks the failover.
-func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, durability string) {
+// loseThePrimary loses the current primary one way, and checks the failover
+// as scenario name.
+func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, name, how, durability string) {
 	ctx := context.Background()
 	if str(d.get(t), "spec", "durability") != durability {
 		u := d.patch(t, fmt.Sprintf(`{"spec":{"durability":%q}}`, durability))
@@ -99,9 +121,16 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 	if err != nil {
 		t.Fatal(err)
 	}
+	// freeze-session: a transaction held open on the primary across the
+	// freeze, its row inserted but not committed.
+	var held *heldTxn
+	if how == "freeze-session" {
+		held = s.holdTransaction(t, ns, db, from)
+	}
+
 	lost := time.Now()
 	switch how {
-	case "freeze":
+	case "freeze", "freeze-session":
 		// Every postgres process of the pod stops, the postmaster included
 		// (only the host can stop a container's init): a hung primary.
 		// It resumes once the failover is done, as a node that comes back:
@@ -152,13 +181,25 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 	if strings.HasPrefix(how, "freeze") {
 		signalPod(t, string(pod.UID), syscall.SIGCONT)
 	}
+	var extra []checker.Attempt
+	if held != nil {
+		extra = append(extra, s.commitAfterPromotion(t, ns, held))
+	}
 	// A former primary with its data rewinds onto the new one; one whose
 	// volume was emptied has nothing to rewind and is cloned.
 	rejoin := rejoinRewind
 	if how == "empty" {
 		rejoin = rejoinClone
 	}
-	s.checkAfterFailover(t, d, ns, db, writer, from, to, lost, promoted, durability, rejoin)
+	r := s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+		scenario: name, durability: checker.Durability(durability),
+		from: from, to: to, fault: lost, promoted: promoted, rejoin: rejoin, extra: extra,
+	})
+	if held != nil {
+		held.check(t, r)
+		out, err := s.appSQL(ns, to, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", checker.Table, heldRow))
+		t.Logf("the held row %d on the new primary %s: %s rows (%v)", heldRow, to, strings.TrimSpace(out), err)
+	}
 	if c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count"); c <= count {
 		t.Errorf("status.failover.count %d, want more than %d", c, count)
 	}
@@ -167,66 +208,146 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writer, how, du
 	}
 }
 
-// checkAfterFailover: writes succeed again through N after promoted, the old
-// primary streams as a standby, the XR is Ready, and no acknowledged write is
-// missing unless durability is async (then the loss is reported).
-func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writer, from, to string, lost, promoted time.Time, durability, rejoin string) {
+// failoverCheck is what checkAfterFailover checks a scenario with.
+type failoverCheck struct {
+	scenario   string
+	durability checker.Durability
+	// noLoss: no acknowledged write may be lost, whatever the durability
+	// (a planned switchover).
+	noLoss bool
+	// from and to are the old and the new primary's pods; fault is when
+	// the primary was lost (or the switchover asked), promoted when
+	// status.primary moved.
+	from, to        string
+	fault, promoted time.Time
+	// rejoin is how the old primary must rejoin (rejoinRewind,
+	// rejoinClone).
+	rejoin string
+	// extra are writes besides the writer's (a held transaction's COMMIT).
+	extra []checker.Attempt
+}
 
+// rtoGoal is the issue's liveness goal (S6): with a healthy qualifying
+// standby, writes acknowledged again through N within 30 s of the loss. It
+// is logged against the measured RTO, not asserted: docs/failover.md
+// measured 22-58 s with durability sync (detection ~10 s, graceSeconds
+// 10 s, the Job and the Service move, then the standbys' reconnection) and
+// 32 s with async on the real node, so an assertion would fail on most
+// runs for reasons the checker does not judge.
+const rtoGoal = 30 * time.Second
+
+// checkAfterFailover: writes succeed again through N after the promotion,
+// the old primary streams as a standby, the XR is Ready; then the checker
+// reads every write the writer logged so far (less those an earlier
+// asynchronous failover already reported lost) against the ids on the new
+// primary, reports its line, and fails on what it finds (S1 lost under
+// sync, S2 acknowledged by a deposed primary, S3 two primaries; lost writes
+// under async are reported, not failed on, unless noLoss).
+func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName string, c failoverCheck) checker.Report {
+	t.Helper()
 	// Writes succeed again through N.
 	eventually(t, 2*time.Minute, "writes acknowledged through "+db+" after the failover", func() (bool, string) {
-		acks, _ := writerAcks(s.podLog(ns, writer, "writer"))
-		return len(acks) > 0 && acks[len(acks)-1].at.After(promoted), lastLines(s.podLog(ns, writer, "writer"), 3)
+		log := s.podLog(ns, writerName, "writer")
+		return lastAcknowledged(writer.Parse(log)).After(c.promoted), lastLines(log, 3)
 	})
 	// The old primary rejoins as a standby; every instance streams.
-	eventually(t, realReady, "three instances ready, two streaming from "+to, func() (bool, string) {
-		out := s.superSQL(ns, to, "SELECT count(*) FILTER (WHERE state = 'streaming') || ' ' || coalesce(string_agg(application_name || ':' || state || ':' || sync_state, ','), '') FROM pg_stat_replication")
+	eventually(t, realReady, "three instances ready, two streaming from "+c.to, func() (bool, string) {
+		out := s.superSQL(ns, c.to, "SELECT count(*) FILTER (WHERE state = 'streaming') || ' ' || coalesce(string_agg(application_name || ':' || state || ':' || sync_state, ','), '') FROM pg_stat_replication")
 		return strings.HasPrefix(out, "2 ") && s.readyInstances(ns, db) == 3, out + "; " + s.podsState(ns, db)
 	})
-	if rec := s.superSQL(ns, from, "SELECT pg_is_in_recovery()"); rec != "t" {
-		t.Errorf("the old primary %s is not a standby: pg_is_in_recovery() = %q", from, rec)
+	if rec := s.superSQL(ns, c.from, "SELECT pg_is_in_recovery()"); rec != "t" {
+		t.Errorf("the old primary %s is not a standby: pg_is_in_recovery() = %q", c.from, rec)
 	}
-	if got := s.rejoinedBy(ns, from); got != rejoin {
-		t.Errorf("the old primary %s rejoined by %q, want %q", from, got, rejoin)
+	if got := s.rejoinedBy(ns, c.from); got != c.rejoin {
+		t.Errorf("the old primary %s rejoined by %q, want %q", c.from, got, c.rejoin)
 	} else {
-		t.Logf("the old primary %s rejoined by %s", from, got)
+		t.Logf("the old primary %s rejoined by %s", c.from, got)
 	}
 	u := s.waitRealReady(t, d)
-	if last := str(u, "status", "failover", "last", "to"); last != to {
-		t.Errorf("status.failover.last.to = %q, want %s", last, to)
+	if last := str(u, "status", "failover", "last", "to"); last != c.to {
+		t.Errorf("status.failover.last.to = %q, want %s", last, c.to)
 	}
 
-	// Nothing acknowledged is lost (sync); with async the loss is counted.
-	// Writes lost by an earlier asynchronous failover are not counted again.
-	acks, _ := writerAcks(s.podLog(ns, writer, "writer"))
-	rows := s.superSQLLines(ns, to, `SELECT id FROM ticks`, db)
-	have := map[int]bool{}
-	for _, r := range rows {
-		if n, err := strconv.Atoi(r); err == nil {
-			have[n] = true
+	// The writes, read before the surviving rows: every write the log
+	// says was acknowledged committed before the rows are read.
+	attempts := append(writer.Parse(s.podLog(ns, writerName, "writer")), c.extra...)
+	attempts = slices.DeleteFunc(attempts, func(a checker.Attempt) bool { return knownLost[a.ID] })
+	out, err := s.appSQL(ns, c.to, checker.SurvivingSQL)
+	if err != nil {
+		t.Fatalf("the surviving writes on %s: %v", c.to, err)
+	}
+	surviving, err := checker.ParseIDs(out)
+	if err != nil {
+		t.Fatalf("the surviving writes on %s: %v", c.to, err)
+	}
+	primary := s.serverOf(t, ns, c.to)
+	r := checker.Check(checker.Input{
+		Scenario: c.scenario, Durability: c.durability,
+		Attempts: attempts, Surviving: surviving,
+		Fault: c.fault, Promoted: c.promoted, Primary: primary,
+	})
+	t.Log(r)
+	t.Logf("%s → %s (%s): %d writes checked (%d acknowledged, %d failed, %d indeterminate of which %d committed); promoted %s after the fault; first write acknowledged on a newer timeline %s after it; RTO %s against the goal of %s (logged, not asserted)",
+		c.from, c.to, primary, r.Attempts, r.Acknowledged, r.Failed, r.Indeterminate, r.IndeterminateCommitted,
+		c.promoted.Sub(c.fault).Round(100*time.Millisecond), duration(r.RTO.NewTimeline), duration(r.RTO.Outage), rtoGoal)
+	for _, id := range r.Lost {
+		knownLost[id] = true // an asynchronous loss is not counted again
+	}
+	if len(r.FailedPresent) > 0 {
+		// Not a violation: psql said the write failed and it committed,
+		// so writer.Outcome took an error for definite that was not.
+		t.Logf("%d writes the writer's log calls failed are on %s: %v", len(r.FailedPresent), c.to, r.FailedPresent[:min(len(r.FailedPresent), 20)])
+	}
+	if c.durability == checker.Async && len(r.Lost) > 0 {
+		t.Logf("%d acknowledged writes lost with durability async: %v", len(r.Lost), r.Lost[:min(len(r.Lost), 20)])
+	}
+	if err := r.Err(); err != nil {
+		t.Error(err)
+	}
+	if c.noLoss && c.durability == checker.Async && len(r.Lost) > 0 {
+		t.Errorf("%s: %d acknowledged writes lost (none may be, whatever the durability): %v", c.scenario, len(r.Lost), r.Lost[:min(len(r.Lost), 20)])
+	}
+	return r
+}
+
+// duration is d rounded for a log, "unknown" when the checker could not
+// measure it.
+func duration(d time.Duration) string {
+	if d == checker.Unknown {
+		return "unknown"
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// lastAcknowledged is when the last acknowledged write was acknowledged,
+// zero if none was.
+func lastAcknowledged(as []checker.Attempt) time.Time {
+	var last time.Time
+	for _, a := range as {
+		if ack, ok := a.Ack(); ok && ack.At.After(last) {
+			last = ack.At
 		}
 	}
-	var missing []int
-	// The outage a client saw (RTO): the longest time between two
-	// acknowledged writes from just before the loss on.
-	var outage time.Duration
-	var prev time.Time
-	for _, a := range acks {
-		if !have[a.id] && !knownLost[a.id] {
-			missing = append(missing, a.id)
-			knownLost[a.id] = true
-		}
-		if a.at.After(lost.Add(-5 * time.Second)) {
-			if !prev.IsZero() {
-				outage = max(outage, a.at.Sub(prev))
-			}
-		}
-		prev = a.at
+	return last
+}
+
+// serverOf is the server pod runs as a checker.Server, asked on its own
+// socket (checker.SampleSQL); it must be writable.
+func (s *suite) serverOf(t *testing.T, ns, pod string) checker.Server {
+	t.Helper()
+	start := time.Now()
+	out, err := s.appSQL(ns, pod, checker.SampleSQL)
+	if err != nil {
+		t.Fatalf("ask %s who it is: %v", pod, err)
 	}
-	t.Logf("%s → %s (%s): RTO %s (longest time without an acknowledged write); promoted %s after the loss; %d writes acknowledged in all, %d of them missing now",
-		from, to, durability, outage.Round(100*time.Millisecond), promoted.Sub(lost).Round(100*time.Millisecond), len(acks), len(missing))
-	if durability != "async" && len(missing) > 0 {
-		t.Errorf("%d acknowledged writes lost: %v", len(missing), missing[:min(len(missing), 20)])
+	sample, err := checker.ParseSample(out, start, time.Now())
+	if err != nil {
+		t.Fatalf("ask %s who it is: %v", pod, err)
 	}
+	if !sample.Writable {
+		t.Errorf("the new primary %s does not take writes: %q", pod, out)
+	}
+	return sample.Server
 }
 
 // How a former primary rejoins (entrypoint.sh's log says which).
@@ -255,65 +376,33 @@ func (s *suite) rejoinedBy(ns, pod string) string {
 	return "(neither in its logs)"
 }
 
-// knownLost are acknowledged writes an asynchronous failover lost.
-var knownLost = map[int]bool{}
+// knownLost are acknowledged writes an asynchronous failover lost: later
+// scenarios do not check them again.
+var knownLost = map[int64]bool{}
 
-// writerPod runs a client that inserts one row a 200 ms through the rw
-// Service, each in a new connection bounded to 5 s, and logs "ok ID MS" for
-// every acknowledged insert (MS: Unix milliseconds).
+// writerPod runs the checker's client (e2e/internal/writer): a shell loop
+// in the PostgreSQL image inserting one uniquely numbered row every 200 ms
+// through the rw Service, each in a new connection bounded to 5 s, and
+// logging every attempt with the server that acknowledged it (or psql's
+// error). A pod, so that the writes cross the real network and Service.
 func (s *suite) writerPod(t *testing.T, ns, name, db string) {
 	t.Helper()
 	secret := db + "-credentials"
-	const loop = `until psql -X -q -c "CREATE TABLE IF NOT EXISTS ticks (id bigint PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())"; do sleep 1; done
-i=0
-while :; do
-	i=$((i+1))
-	if out=$(timeout 5 psql -X -q -A -t -c "INSERT INTO ticks(id) VALUES ($i) RETURNING id" 2>&1) && [[ $out == "$i" ]]; then
-		echo "ok $i $(date +%s%3N)"
-	else
-		echo "fail $i $(date +%s%3N) ${out//$'\n'/ }"
-	fi
-	sleep 0.2
-done`
-	p := psqlPod(ns, name, "writer", []string{"bash", "-c", loop}, []corev1.EnvVar{
+	env := []corev1.EnvVar{
 		{Name: "PGHOST", Value: svc(db, ns)},
 		{Name: "PGCONNECT_TIMEOUT", Value: "2"},
 		secretEnv("PGUSER", secret, "username"),
 		secretEnv("PGPASSWORD", secret, "password"),
 		secretEnv("PGDATABASE", secret, "dbname"),
-	})
+	}
+	for k, v := range writer.Env() {
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	p := psqlPod(ns, name, "writer", []string{"bash", "-c", writer.Script}, env)
 	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create writer pod: %v", err)
 	}
-}
-
-type ack struct {
-	id int
-	at time.Time
-}
-
-// writerAcks parses the writer's log: the acknowledged writes, and the
-// longest time between two consecutive ones (the outage a client saw).
-func writerAcks(log string) ([]ack, time.Duration) {
-	var acks []ack
-	var gap time.Duration
-	for _, line := range strings.Split(log, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[0] != "ok" {
-			continue
-		}
-		id, err1 := strconv.Atoi(f[1])
-		ms, err2 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		a := ack{id, time.UnixMilli(ms)}
-		if n := len(acks); n > 0 {
-			gap = max(gap, a.at.Sub(acks[n-1].at))
-		}
-		acks = append(acks, a)
-	}
-	return acks, gap
 }
 
 func lastLines(s string, n int) string {
@@ -321,15 +410,195 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }
 
-// superSQLLines runs a query as the superuser in the app database on pod's
-// socket and returns its rows.
-func (s *suite) superSQLLines(ns, pod, stmt, db string) []string {
-	out, err := s.execIn(ns, pod, "postgres", "bash", "-c",
-		`exec psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$DB_NAME" -c "$0"`, stmt)
-	if err != nil {
-		return nil
+// appSQL runs a statement as the superuser in the app database on pod's
+// socket and returns its output (psql -X -q -A -t).
+func (s *suite) appSQL(ns, pod, stmt string) (string, error) {
+	return s.execIn(ns, pod, "postgres", "bash", "-c",
+		`exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$DB_NAME" -c "$0"`, stmt)
+}
+
+// heldRow is the id the held transaction inserts: negative, never one of
+// the writer's (1, 2, ...).
+const heldRow = -1
+
+// heldTxn is a transaction held open on a primary across its loss: psql in
+// a small client pod of its own, connected to the primary pod's own address
+// (not N, which moves) with the app's credentials, reading its statements
+// from a FIFO the test writes one exec at a time, its output in the pod's
+// log. A pod rather than one exec held open with its stdin: in the first
+// run such an exec's stdin was closed from the client's side about when
+// the primary froze (psql read the end of its input and exited 0, cause not
+// found), so its COMMIT proved nothing.
+type heldTxn struct {
+	s        *suite
+	ns, pod  string
+	primary  string
+	start    time.Time      // the INSERT sent
+	server   checker.Server // who answered the INSERT
+	commit   checker.Attempt
+	finished bool // psql exited
+}
+
+// heldScript makes the FIFO and keeps it open for writing itself (3<>), so
+// psql sees no end of input between the test's writes; waits until the
+// primary answers (a pod's first connections can fail for a moment); says
+// it is ready, and when psql exits.
+const heldScript = `mkfifo /tmp/in && exec 3<>/tmp/in || exit 1
+until psql -X -q -c 'SELECT 1' >/dev/null; do sleep 1; done
+echo ready
+psql -X -A -t -q -v ON_ERROR_STOP=1 <&3 2>&1
+echo "psql exited $?"
+exec sleep infinity`
+
+// holdTransaction starts the session's pod against primary (a pod of
+// Database db) and inserts heldRow in a transaction it leaves open.
+func (s *suite) holdTransaction(t *testing.T, ns, db, primary string) *heldTxn {
+	t.Helper()
+	const name = "held-session"
+	secret := db + "-credentials"
+	p := psqlPod(ns, name, "psql", []string{"bash", "-c", heldScript}, []corev1.EnvVar{
+		{Name: "PGHOST", Value: primary + "." + db + "-hl." + ns + ".svc.cluster.local"},
+		{Name: "PGCONNECT_TIMEOUT", Value: "5"},
+		secretEnv("PGUSER", secret, "username"),
+		secretEnv("PGPASSWORD", secret, "password"),
+		secretEnv("PGDATABASE", secret, "dbname"),
+	})
+	ctx := context.Background()
+	if _, err := s.k.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the session's pod: %v", err)
 	}
-	return strings.Fields(out)
+	t.Cleanup(func() {
+		_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	})
+	eventually(t, 2*time.Minute, "the session's pod Running", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase) + " " + podWaiting(p)
+	})
+	h := &heldTxn{s: s, ns: ns, pod: name, primary: primary}
+	// Statements sent before the FIFO exists would make a plain file of
+	// it: wait until the script says it is ready (send checks, too).
+	if seen, ok := h.expect("ready", 2*time.Minute); !ok {
+		t.Fatalf("the session's pod did not reach %s: %q", primary, seen)
+	}
+	h.start = time.Now()
+	if err := h.send("BEGIN;", checker.InsertSQL(heldRow)+";", `\echo inserted`); err != nil {
+		t.Fatalf("the session on %s: %v", primary, err)
+	}
+	seen, ok := h.expect("inserted", time.Minute)
+	if !ok {
+		t.Fatalf("the session on %s did not insert row %d: %q", primary, heldRow, seen)
+	}
+	for _, l := range seen {
+		if srv, err := checker.ParseAnswer(heldRow, l); err == nil {
+			h.server = srv
+		}
+	}
+	if h.server == (checker.Server{}) {
+		t.Fatalf("the session on %s inserted row %d but did not say who it is: %q", primary, heldRow, seen)
+	}
+	t.Logf("a session holds a transaction open on %s: row %d inserted, not committed, on %s", primary, heldRow, h.server)
+	return h
+}
+
+// send writes lines of SQL or psql meta-commands to the session's FIFO.
+func (h *heldTxn) send(lines ...string) error {
+	_, err := h.s.exec(h.ns, h.pod, append([]string{"bash", "-c", `[[ -p /tmp/in ]] || { echo "no FIFO /tmp/in" >&2; exit 3; }; printf '%s\n' "$@" >/tmp/in`, "send"}, lines...)...)
+	return err
+}
+
+// read is the session's log, a line each, and whether psql has exited
+// (which sets h.finished).
+func (h *heldTxn) read() []string {
+	lines := strings.Split(strings.TrimSpace(h.s.podLog(h.ns, h.pod, "psql")), "\n")
+	if slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "psql exited") }) {
+		h.finished = true
+	}
+	return lines
+}
+
+// expect waits up to d for a line equal to want in the session's log, and
+// returns its lines. ok is false when want did not come, or psql exited
+// first.
+func (h *heldTxn) expect(want string, d time.Duration) (lines []string, ok bool) {
+	deadline := time.Now().Add(d)
+	for {
+		lines = h.read()
+		if slices.Contains(lines, want) {
+			return lines, true
+		}
+		if h.finished || time.Now().After(deadline) {
+			return lines, false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// commitAfterPromotion sends COMMIT on the resumed old primary and waits
+// 10 s for it, far longer than a standby's acknowledgement takes: the
+// negative is what is asserted, so a slow machine cannot make it pass
+// wrongly. It returns the write as the checker reads it: acknowledged by
+// the old primary if COMMIT returned, else indeterminate (it committed
+// locally, perhaps, and waits for a standby).
+//
+// A COMMIT that does not return proves something only if it was sent and
+// waited: the test fails when the session had ended before it (its psql
+// exited). One second in, the old primary is asked (on its socket) how many
+// of its sessions wait for a synchronous standby (wait_event SyncRep); that
+// is logged, not asserted, since the old primary's probe may fence it at any
+// moment, which ends the session too.
+func (s *suite) commitAfterPromotion(t *testing.T, ns string, h *heldTxn) checker.Attempt {
+	t.Helper()
+	if lines := h.read(); h.finished {
+		t.Errorf("the session on %s ended before its COMMIT was sent, which then proves nothing: %q", h.primary, lines)
+	}
+	var seen []string
+	ok := false
+	sent := time.Now()
+	if err := h.send("COMMIT;", `\echo committed`); err != nil {
+		seen = []string{err.Error()}
+	} else {
+		waiting := make(chan string, 1)
+		go func() {
+			time.Sleep(time.Second)
+			waiting <- s.superSQL(ns, h.primary, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+		}()
+		seen, ok = h.expect("committed", 10*time.Second)
+		t.Logf("sessions of %s waiting for a synchronous standby 1 s after the COMMIT: %s", h.primary, <-waiting)
+	}
+	h.commit = checker.Attempt{ID: heldRow, Start: h.start, End: time.Now()}
+	tail := seen[max(0, len(seen)-4):]
+	switch {
+	case ok:
+		h.commit.Server = h.server
+		t.Errorf("the COMMIT of the transaction held open on %s returned after the promotion (session %q): a standby still acknowledged the deposed primary's commit", h.primary, tail)
+	case h.finished:
+		h.commit.Err = fmt.Errorf("%w: the session on the resumed old primary %s ended %s after its COMMIT without its return (session %q)", checker.ErrIndeterminate, h.primary, time.Since(sent).Round(100*time.Millisecond), tail)
+		t.Logf("the COMMIT held open on %s did not return: the session ended %s after it (session %q)", h.primary, time.Since(sent).Round(100*time.Millisecond), tail)
+	default:
+		h.commit.Err = fmt.Errorf("%w: COMMIT on the resumed old primary %s did not return within 10 s (session %q)", checker.ErrIndeterminate, h.primary, tail)
+		t.Logf("the COMMIT held open on %s did not return within 10 s, as it must not (session %q)", h.primary, tail)
+	}
+	return h.commit
+}
+
+// check: the checker did not count the held row as acknowledged (it would
+// then be lost, and acknowledged by a deposed primary).
+func (h *heldTxn) check(t *testing.T, r checker.Report) {
+	t.Helper()
+	if h.commit.Outcome() == checker.Acknowledged {
+		return // reported by commitAfterPromotion, and by the checker
+	}
+	for _, a := range r.AckedByDeposed {
+		if a.ID == heldRow {
+			t.Errorf("the checker reports row %d acknowledged by %s", heldRow, a.Server)
+		}
+	}
+	if slices.Contains(r.Lost, heldRow) {
+		t.Errorf("the checker reports row %d acknowledged and lost", heldRow)
+	}
 }
 
 // readyInstances counts the Database's Ready instance pods.
