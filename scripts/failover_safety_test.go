@@ -99,6 +99,24 @@ func (s *session) expect(want string, d time.Duration) (seen []string, ok bool) 
 	}
 }
 
+// threeInstances starts a Database of three instances with the function's
+// settings tier (testTier or syncTier): ordinal 0 the primary, 1 and 2 its
+// standbys, all ready.
+func threeInstances(t *testing.T, name, tier string) (c *cluster, p, b, d *instance) {
+	t.Helper()
+	tl := requirePostgres(t)
+	c = newCluster(t, tl, newRoot(t, tl), name)
+	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), tier)
+	p, b, d = c.instance(0), c.instance(1), c.instance(2)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	b.start(t)
+	d.start(t)
+	b.waitReady(t, 120*time.Second)
+	d.waitReady(t, 120*time.Second)
+	return c, p, b, d
+}
+
 // TestFailoverSyncDetachesStandbys: durability sync, three instances. A
 // session holds a transaction open on the primary; the primary freezes
 // (SIGSTOP of every process, as a frozen node or a long GC-like stall);
@@ -111,16 +129,7 @@ func (s *session) expect(want string, d time.Duration) (seen []string, ok bool) 
 // never returns (S1).
 func TestFailoverSyncDetachesStandbys(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "sy-db")
-	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), syncTier)
-	p, b, d := c.instance(0), c.instance(1), c.instance(2)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	b.start(t)
-	d.start(t)
-	b.waitReady(t, 120*time.Second)
-	d.waitReady(t, 120*time.Second)
+	c, p, b, d := threeInstances(t, "sy-db", syncTier)
 	// Acknowledged by a standby (with none, the commits would wait).
 	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
 	hosts := []int{p.port, b.port, d.port}
@@ -180,16 +189,7 @@ func TestFailoverSyncDetachesStandbys(t *testing.T) {
 // exit 5, outcome "held" with the reason, nothing promoted.
 func TestFailoverSyncHoldsWithoutEveryStandby(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "sh-db")
-	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), syncTier)
-	p, b, d := c.instance(0), c.instance(1), c.instance(2)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	b.start(t)
-	d.start(t)
-	b.waitReady(t, 120*time.Second)
-	d.waitReady(t, 120*time.Second)
+	c, p, b, d := threeInstances(t, "sh-db", syncTier)
 	p.stop(t)
 	d.signal(syscall.SIGSTOP) // d answers nothing: its node is gone too
 	defer d.signal(syscall.SIGCONT)
@@ -223,16 +223,10 @@ func TestFailoverSyncHoldsWithoutEveryStandby(t *testing.T) {
 // and with none qualified the Job holds.
 func TestFailoverAsyncOnlyQualified(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "aq-db")
-	p, b, d := c.instance(0), c.instance(1), c.instance(2)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
+	c, p, b, d := threeInstances(t, "aq-db", testTier)
 	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY)")
-	b.start(t)
-	d.start(t)
-	b.waitReady(t, 120*time.Second)
-	d.waitReady(t, 120*time.Second)
+	c.waitReplayed(t, p, b)
+	c.waitReplayed(t, p, d)
 	p.stop(t)
 	hosts := []int{p.port, b.port, d.port}
 
