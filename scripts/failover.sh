@@ -199,6 +199,11 @@ switchover() {
 	done
 	[[ $row == t ]] || die "ordinal $to did not replay all the primary wrote within 120s"
 	log "ordinal $to replayed everything the primary wrote (up to $end)"
+	# The other standbys follow the target from here, as in a failover: one
+	# left streaming from a pod named by an earlier failover (the Job
+	# repoints standbys to the chosen pod, not the Service) would keep
+	# following the old primary, then cascade from it once it rejoins.
+	detach_standbys "$to"
 	# From here the promotion may happen even if pg_promote's answer is
 	# lost: the old primary is never unfenced again by this run (its probe
 	# stops it once the target answers on a newer timeline; a retried Job

@@ -426,13 +426,10 @@ func (c *cluster) psqlExec(t *testing.T, port *atomic.Int64) checker.Exec {
 // promotion (S5, S2).
 func TestSwitchoverUnderReadWriteLoad(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "so-db")
-	p, s := c.instance(0), c.instance(1)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	s.start(t)
-	s.waitReady(t, 120*time.Second)
+	// d, the third instance, must follow the target after the switchover
+	// (it did not: after an earlier failover it streamed from a pod, not
+	// the Service, and kept following the old primary).
+	c, p, s, d := threeInstances(t, "so-db", testTier)
 	var port atomic.Int64
 	port.Store(int64(p.port))
 	w := &checker.Workload{Exec: c.psqlExec(t, &port), Writers: 4, Timeout: 5 * time.Second, Pause: 20 * time.Millisecond}
@@ -451,7 +448,7 @@ func TestSwitchoverUnderReadWriteLoad(t *testing.T) {
 		return nil
 	})
 	w.MarkFault(time.Now())
-	r := c.runFailover(t, []int{p.port, s.port}, 0, 0, "MODE=switchover", "TARGET_ORDINAL=1")
+	r := c.runFailover(t, []int{p.port, s.port, d.port}, 0, 0, "MODE=switchover", "TARGET_ORDINAL=1")
 	promoted := time.Now()
 	// The writers keep at the old primary for a while: nothing it answers
 	// may be an acknowledgement now.
@@ -493,6 +490,9 @@ func TestSwitchoverUnderReadWriteLoad(t *testing.T) {
 	}
 	if rep.Acknowledged < 50 {
 		t.Errorf("only %d writes acknowledged: the workload did not run", rep.Acknowledged)
+	}
+	if got := c.superSQL(t, d, "postgres", "SELECT status || ':' || sender_port FROM pg_stat_wal_receiver"); got != "streaming:"+strconv.Itoa(s.port) {
+		t.Errorf("d's walreceiver %q, want streaming from the new primary (port %d)", got, s.port)
 	}
 	p.kill()
 }
