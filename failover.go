@@ -97,6 +97,9 @@ type failoverEvent struct {
 type instancePods struct {
 	Resolved bool
 	Ready    map[string]bool
+	// Fence is, by pod name, how long after its postgres stops answering
+	// the kubelet has killed it (fenceSeconds of its own liveness probe).
+	Fence map[string]int64
 }
 
 // failoverOutcome is the failover Job's termination message, as its pod
@@ -418,7 +421,15 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 			qualified = append(qualified, strconv.Itoa(k))
 		}
 	}
+	// The lost primary's own probe decides when it has been killed (pods
+	// of an older template may have a slower one); without its pod, or
+	// its probe, the one composed now.
+	fence, ok := o.Instances.Fence[podName(db, from)]
+	if !ok {
+		fence = desiredFence()
+	}
 	return []corev1.EnvVar{
+		{Name: scripts.EnvFenceSeconds, Value: strconv.FormatInt(fence, 10)},
 		{Name: scripts.EnvDurability, Value: db.Durability},
 		{Name: scripts.EnvLastTimeline, Value: strconv.FormatInt(lastTimeline(o.FailoverRecord), 10)},
 		{Name: scripts.EnvQualifiedOrdinals, Value: strings.Join(qualified, " ")},
@@ -431,7 +442,7 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 // existed goes on without it.
 func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 	var out []corev1.EnvVar
-	for _, name := range []string{scripts.EnvDurability, scripts.EnvLastTimeline, scripts.EnvQualifiedOrdinals} {
+	for _, name := range []string{scripts.EnvFenceSeconds, scripts.EnvDurability, scripts.EnvLastTimeline, scripts.EnvQualifiedOrdinals} {
 	search:
 		for _, c := range j.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
@@ -525,12 +536,15 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 	if !ok {
 		return instancePods{}
 	}
-	out := instancePods{Resolved: true, Ready: map[string]bool{}}
+	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}}
 	for _, r := range rs.GetItems() {
 		pod := r.GetResource()
 		name := stringAt(pod, "metadata", "name")
 		if name == "" || stringAt(pod, "metadata", "deletionTimestamp") != "" {
 			continue
+		}
+		if f, ok := podFence(pod); ok {
+			out.Fence[name] = f
 		}
 		for _, c := range structAt(pod, "status").GetFields()["conditions"].GetListValue().GetValues() {
 			cs := c.GetStructValue()
@@ -540,6 +554,54 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 		}
 	}
 	return out
+}
+
+// fenceMargin covers the kubelet's own latency between a liveness
+// failure and the kill, and the clocks of two processes.
+const fenceMargin = 3
+
+// fenceSeconds is how long after a postgres stops answering the kubelet has
+// killed it, by its liveness probe (Kubernetes' defaults where a field is
+// unset) and the termination grace that applies: the probe that started
+// just before the hang succeeded, failureThreshold probes each a period
+// apart then fail (the last after its timeout), then SIGTERM, and SIGKILL
+// once the grace ran out. The failover Job promotes no standby before the
+// lost primary has been silent that long: a primary that hung and resumes
+// has been killed by then, with every session it could acknowledge on.
+func fenceSeconds(period, failures, timeout, grace int64) int64 {
+	return period*failures + timeout + grace + fenceMargin
+}
+
+// podFence is fenceSeconds of a pod's postgres container's liveness probe;
+// false without one (nothing kills a hung postgres).
+func podFence(pod *structpb.Struct) (int64, bool) {
+	spec := structAt(pod, "spec")
+	for _, c := range spec.GetFields()["containers"].GetListValue().GetValues() {
+		cs := c.GetStructValue()
+		if stringAt(cs, "name") != containerPostgres {
+			continue
+		}
+		lp := structAt(cs, "livenessProbe")
+		if lp == nil {
+			return 0, false
+		}
+		num := func(s *structpb.Struct, key string, def int64) int64 {
+			if v, ok := s.GetFields()[key]; ok {
+				if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 {
+					return int64(n.NumberValue)
+				}
+			}
+			return def
+		}
+		grace := num(lp, "terminationGracePeriodSeconds", num(spec, "terminationGracePeriodSeconds", 30))
+		return fenceSeconds(num(lp, "periodSeconds", 10), num(lp, "failureThreshold", 3), num(lp, "timeoutSeconds", 1), grace), true
+	}
+	return 0, false
+}
+
+// desiredFence is fenceSeconds of the liveness probe this function composes.
+func desiredFence() int64 {
+	return fenceSeconds(livenessPeriod, livenessFailures, livenessTimeout, livenessKillGrace)
 }
 
 // lookupFailoverOutcome reads the failover Job's termination message from

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -187,6 +188,7 @@ func TestFailoverLifecycle(t *testing.T) {
 		}
 		if i == 1 {
 			// Crossplane's first call of a reconcile has no required resources.
+			statusFromPods(req, s.cluster)
 			rsp = runOnce(t, req)
 		} else {
 			rsp = runTestIn(t, req, s.cluster)
@@ -380,10 +382,58 @@ func failoverEnv(from, durability, lastTimeline, qualified string, extra ...core
 		{Name: "ADMIN_SECRET_DIR", Value: "/etc/database/superuser"},
 		{Name: "GRACE_SECONDS", Value: "10"},
 		{Name: "STARTING_MAX_SECONDS", Value: "120"},
+		{Name: scripts.EnvFenceSeconds, Value: strconv.FormatInt(desiredFence(), 10)},
 		{Name: scripts.EnvDurability, Value: durability},
 		{Name: scripts.EnvLastTimeline, Value: lastTimeline},
 		{Name: scripts.EnvQualifiedOrdinals, Value: qualified},
 	}, extra...)
+}
+
+// TestFenceSeconds: the fence is read from the lost primary's own liveness
+// probe, Kubernetes' defaults filling what it leaves unset, and the pod's
+// grace when the probe has none.
+func TestFenceSeconds(t *testing.T) {
+	if got, want := desiredFence(), int64(livenessPeriod*livenessFailures+livenessTimeout+livenessKillGrace+fenceMargin); got != want {
+		t.Errorf("desiredFence() = %d, want %d", got, want)
+	}
+	cases := map[string]struct {
+		pod    string
+		want   int64
+		wantOK bool
+	}{
+		"Composed": {pod: `{spec: {terminationGracePeriodSeconds: 60, containers: [{name: postgres, livenessProbe: {periodSeconds: 4, failureThreshold: 3, timeoutSeconds: 4, terminationGracePeriodSeconds: 2}}]}}`,
+			want: desiredFence(), wantOK: true},
+		// The probe of the templates before the fence: SIGTERM stays
+		// pending on a frozen postmaster, SIGKILL comes after the pod's
+		// 60 s grace.
+		"OlderTemplate": {pod: `{spec: {terminationGracePeriodSeconds: 60, containers: [{name: password-sync}, {name: postgres, livenessProbe: {periodSeconds: 15, failureThreshold: 6, timeoutSeconds: 5}}]}}`,
+			want: 15*6 + 5 + 60 + fenceMargin, wantOK: true},
+		"Defaults":   {pod: `{spec: {containers: [{name: postgres, livenessProbe: {exec: {command: [true]}}}]}}`, want: 10*3 + 1 + 30 + fenceMargin, wantOK: true},
+		"NoProbe":    {pod: `{spec: {containers: [{name: postgres}]}}`},
+		"NoPostgres": {pod: `{spec: {containers: [{name: other, livenessProbe: {periodSeconds: 1}}]}}`},
+		"NoSpec":     {pod: `{metadata: {name: x}}`},
+		"NegativeIgnored": {pod: `{spec: {containers: [{name: postgres, livenessProbe: {periodSeconds: -4, failureThreshold: 3, timeoutSeconds: 4, terminationGracePeriodSeconds: 2}}]}}`,
+			want: 10*3 + 4 + 2 + fenceMargin, wantOK: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := podFence(yamlStruct(t, tc.pod))
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("podFence() = %d, %v, want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+// withEnv is env with the value of name replaced.
+func withEnv(env []corev1.EnvVar, name, value string) []corev1.EnvVar {
+	out := slices.Clone(env)
+	for i := range out {
+		if out[i].Name == name {
+			out[i].Value = value
+		}
+	}
+	return out
 }
 
 // TestFailoverJobFacts: a failover or switchover Job is told the durability,
@@ -398,7 +448,9 @@ func TestFailoverJobFacts(t *testing.T) {
 		primary string                     // the observed ConfigMap's key primary, when set
 		record  string                     // status.failover, when set
 		ready   []bool
-		want    []corev1.EnvVar
+		// primaryPod, when set, is the spec of analytics-0's pod (YAML).
+		primaryPod string
+		want       []corev1.EnvVar
 	}{
 		"BothStandbysReady": {reason: "every standby ready", ready: []bool{false, true, true},
 			want: failoverEnv("0", "async", "1", "1 2")},
@@ -410,6 +462,9 @@ func TestFailoverJobFacts(t *testing.T) {
 			want: failoverEnv("0", "sync", "1", "1")},
 		"AfterAFailover": {reason: "the last recorded timeline; the lost primary 2 is not a candidate, 0 is", primary: "2", record: last3, ready: []bool{true, true, false},
 			want: failoverEnv("2", "async", "3", "0 1")},
+		"OlderProbe": {reason: "the lost primary's pod runs an older template's liveness probe: its bound is the fence", ready: []bool{false, true, true},
+			primaryPod: `{spec: {terminationGracePeriodSeconds: 60, containers: [{name: postgres, livenessProbe: {periodSeconds: 15, failureThreshold: 6, timeoutSeconds: 5}}]}}`,
+			want:       withEnv(failoverEnv("0", "async", "1", "1 2"), scripts.EnvFenceSeconds, "158")},
 		"Switchover": {reason: "the same facts for a switchover (every instance ready)", spec: map[string]*structpb.Value{"primary": structpb.NewNumberValue(1)}, ready: []bool{true, true, true},
 			want: failoverEnv("0", "async", "1", "1 2", corev1.EnvVar{Name: "MODE", Value: "switchover"}, corev1.EnvVar{Name: "TARGET_ORDINAL", Value: "1"})},
 	}
@@ -425,7 +480,11 @@ func TestFailoverJobFacts(t *testing.T) {
 			if tc.record != "" {
 				setFailoverRecord(t, req, tc.record)
 			}
-			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, tc.ready...)...))
+			pods := instancePodsReady(t, tc.ready...)
+			if tc.primaryPod != "" {
+				pods[0].Fields["spec"] = structpb.NewStructValue(structAt(yamlStruct(t, tc.primaryPod), "spec"))
+			}
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), pods...))
 			if d := cmp.Diff(tc.want, jobEnv(t, rsp)); d != "" {
 				t.Errorf("%s: the Job's env (-want +got):\n%s", tc.reason, d)
 			}

@@ -77,6 +77,35 @@ func instancePodsOf(t testing.TB, req *fnv1.RunFunctionRequest) []*structpb.Stru
 	return out
 }
 
+// statusFromPods makes the observed StatefulSet's status.readyReplicas
+// count the ready instance pods of cluster, as the StatefulSet controller
+// would, when cluster has any: a cluster whose pods and StatefulSet
+// disagree only for the moment the controller takes (TestInstancesSettled
+// covers that moment).
+func statusFromPods(req *fnv1.RunFunctionRequest, cluster []*structpb.Struct) {
+	sts := req.GetObserved().GetResources()[string(rnStatefulSet)].GetResource()
+	st := structAt(sts, "status")
+	if st == nil {
+		return
+	}
+	name, seen, ready := stringAt(sts, "metadata", "name"), false, 0
+	for _, o := range cluster {
+		if stringAt(o, "kind") != "Pod" || !strings.HasPrefix(stringAt(o, "metadata", "name"), name+"-") ||
+			stringAt(o, "metadata", "labels", labelPodName) == "" {
+			continue
+		}
+		seen = true
+		for _, c := range structAt(o, "status").GetFields()["conditions"].GetListValue().GetValues() {
+			if stringAt(c.GetStructValue(), "type") == "Ready" && stringAt(c.GetStructValue(), "status") == "True" {
+				ready++
+			}
+		}
+	}
+	if seen {
+		st.Fields["readyReplicas"] = structpb.NewNumberValue(float64(ready))
+	}
+}
+
 // runTestIn runs the function as Crossplane core's FetchingFunctionRunner
 // does: while the response's requirements change, it fetches the required
 // resources from cluster and calls again (at most 6 calls), and returns the
@@ -84,6 +113,7 @@ func instancePodsOf(t testing.TB, req *fnv1.RunFunctionRequest) []*structpb.Stru
 func runTestIn(t testing.TB, req *fnv1.RunFunctionRequest, cluster []*structpb.Struct) *fnv1.RunFunctionResponse {
 	t.Helper()
 	req = proto.CloneOf(req)
+	statusFromPods(req, cluster)
 	var prev *fnv1.Requirements
 	for range 6 {
 		rsp := runOnce(t, req)

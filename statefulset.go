@@ -162,11 +162,34 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		// failover's grace. A primary's probe also asks its peers (the
 		// fence, probe.sh), hence the longer timeout.
 		ReadinessProbe: probe("ready", 5, 2, 10),
-		// A standby cloning a large primary is alive: the live probe says
-		// so, and the failure threshold leaves room for a slow checkpoint.
-		LivenessProbe:   probe("live", 15, 6, 5),
+		// The liveness probe is the kubelet's watchdog over a hung
+		// postgres, and part of the failover fence: a postmaster that
+		// answers no connection for livenessPeriod*livenessFailures
+		// seconds is killed (SIGTERM, SIGKILL livenessKillGrace seconds
+		// later, however long the pod's own grace), so a frozen primary
+		// that resumes has no session left to acknowledge a write on. The
+		// failover Job waits that bound out before promoting (fenceSeconds).
+		// A standby cloning or a pod holding is alive (probe.sh live says
+		// so); a slow checkpoint or crash recovery still answers
+		// (rejecting), which is alive too.
+		LivenessProbe:   livenessProbe(),
 		SecurityContext: containerSecurityContext(),
 	}
+}
+
+// The liveness probe's timings (see postgresContainer), read back by
+// fenceSeconds.
+const (
+	livenessPeriod    = 4
+	livenessFailures  = 3
+	livenessTimeout   = 4
+	livenessKillGrace = 2
+)
+
+func livenessProbe() *corev1.Probe {
+	p := probe("live", livenessPeriod, livenessFailures, livenessTimeout)
+	p.TerminationGracePeriodSeconds = ptr.To[int64](livenessKillGrace)
+	return p
 }
 
 func probe(mode string, period, failures, timeout int32) *corev1.Probe {

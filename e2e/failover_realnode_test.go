@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -128,20 +129,22 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		held = s.holdTransaction(t, ns, db, from)
 	}
 
+	restarts := postgresRestarts(pod)
 	lost := time.Now()
+	var thaw func()
 	switch how {
-	case "freeze", "freeze-session":
+	case "freeze", "freeze-session", "freeze-core-down":
 		// Every postgres process of the pod stops, the postmaster included
-		// (only the host can stop a container's init): a hung primary.
-		// It resumes once the failover is done, as a node that comes back:
-		// the old primary must then fence itself.
-		n := signalPod(t, string(pod.UID), syscall.SIGSTOP)
-		t.Logf("froze %s: %d processes stopped", from, n)
-		defer signalPod(t, string(pod.UID), syscall.SIGCONT)
+		// (only the host can stop a container's init): a hung primary, and
+		// one that hangs again each time its kubelet restarts it (a disk
+		// that stalls). It resumes once the failover is done, as a node
+		// that comes back: by then its kubelet must have killed the
+		// sessions it had (the fence), and the old primary must not serve.
+		thaw = holdFrozen(t, from, string(pod.UID))
+		defer thaw()
+	}
+	switch how {
 	case "freeze-core-down":
-		n := signalPod(t, string(pod.UID), syscall.SIGSTOP)
-		t.Logf("froze %s: %d processes stopped", from, n)
-		defer signalPod(t, string(pod.UID), syscall.SIGCONT)
 		eventually(t, 2*time.Minute, "the failover Job composed", func() (bool, string) {
 			j, err := s.k.cs.BatchV1().Jobs(ns).Get(ctx, db+"-failover", metav1.GetOptions{})
 			if err != nil {
@@ -178,8 +181,18 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	})
 	promoted := time.Now()
 	t.Logf("%s: %s promoted in place of %s after %s", how, to, from, promoted.Sub(lost).Round(time.Second))
-	if strings.HasPrefix(how, "freeze") {
-		signalPod(t, string(pod.UID), syscall.SIGCONT)
+	if thaw != nil {
+		// The fence: the kubelet killed the hung postgres (its liveness
+		// probe) before the promotion, so nothing the old primary had open
+		// acknowledges a write when it resumes.
+		if p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s: %v", from, err)
+		} else if n := postgresRestarts(p); n <= restarts {
+			t.Errorf("the kubelet did not restart %s's hung postgres before the promotion (restarts %d, %d before the freeze): the fence did not hold", from, n, restarts)
+		} else {
+			t.Logf("the kubelet killed %s's hung postgres before the promotion (restarts %d → %d)", from, restarts, n)
+		}
+		thaw()
 	}
 	var extra []checker.Attempt
 	if held != nil {
@@ -303,12 +316,6 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 	}
 	switch err := r.Err(); {
 	case err == nil:
-	case c.durability == checker.Async && !c.noLoss && !r.TwoPrimaries:
-		// S2 does not hold for an asynchronous failover yet: a deposed
-		// primary that resumes acknowledges writes on connections it had
-		// until its probe stops it (README Known limits; the lease of issue
-		// 21 closes it). Reported, counted, not failed; S3 still fails.
-		t.Logf("KNOWN LIMIT (async, no lease yet): %v", err)
 	default:
 		t.Error(err)
 	}
@@ -560,7 +567,12 @@ func (h *heldTxn) expect(want string, d time.Duration) (lines []string, ok bool)
 func (s *suite) commitAfterPromotion(t *testing.T, ns string, h *heldTxn) checker.Attempt {
 	t.Helper()
 	if lines := h.read(); h.finished {
-		t.Errorf("the session on %s ended before its COMMIT was sent, which then proves nothing: %q", h.primary, lines)
+		// The fence: the kubelet killed the hung postgres, and the
+		// session with it, before the promotion. Its COMMIT was never
+		// sent: a failed write, which nothing acknowledged.
+		t.Logf("the session held open on %s ended before its COMMIT was sent: the kubelet killed the hung postgres, the session with it (%q)", h.primary, lines[max(0, len(lines)-4):])
+		h.commit = checker.Attempt{ID: heldRow, Start: h.start, End: time.Now(), Err: fmt.Errorf("the session on %s ended before its COMMIT", h.primary)}
+		return h.commit
 	}
 	var seen []string
 	ok := false
@@ -624,6 +636,47 @@ func (s *suite) readyInstances(ns, db string) int {
 	return n
 }
 
+// postgresRestarts is the restart count of a pod's postgres container.
+func postgresRestarts(p *corev1.Pod) int32 {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "postgres" {
+			return c.RestartCount
+		}
+	}
+	return 0
+}
+
+// holdFrozen stops every postgres process of the pod, and keeps stopping
+// those its restarts start, until the returned thaw (idempotent) resumes
+// them all.
+func holdFrozen(t *testing.T, name, uid string) (thaw func()) {
+	t.Helper()
+	n := signalPod(t, uid, syscall.SIGSTOP)
+	t.Logf("froze %s: %d processes stopped", name, n)
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				stopPostgres(uid, syscall.SIGSTOP)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-stopped
+			t.Logf("thawed %s: %d processes resumed", name, stopPostgres(uid, syscall.SIGCONT))
+		})
+	}
+}
+
 // signalPod sends sig to every PostgreSQL process of the pod with this UID,
 // found in the kubelet's pod cgroups (cgroup v1, cgroupfs driver:
 // .../pod<UID>/...); from the host, so that a container's init (the
@@ -631,6 +684,17 @@ func (s *suite) readyInstances(ns, db string) int {
 // processes it signalled.
 func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 	t.Helper()
+	n := stopPostgres(uid, sig)
+	// SIGCONT finds none once the kubelet restarted the container.
+	if n == 0 && sig == syscall.SIGSTOP {
+		t.Errorf("no process of pod %s found in the kubelet's cgroups", uid)
+	}
+	return n
+}
+
+// stopPostgres sends sig to the pod's PostgreSQL processes (signalPod) and
+// returns how many it signalled.
+func stopPostgres(uid string, sig syscall.Signal) int {
 	var pids []int
 	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(p, "pod"+uid) {
@@ -656,10 +720,6 @@ func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 	})
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, sig)
-	}
-	// SIGCONT finds none once the kubelet restarted the container.
-	if len(pids) == 0 && sig == syscall.SIGSTOP {
-		t.Errorf("no process of pod %s found in the kubelet's cgroups", uid)
 	}
 	return len(pids)
 }

@@ -102,6 +102,7 @@ const (
 	EnvPrimaryOrdinal     = "PRIMARY_ORDINAL"
 	EnvInstances          = "INSTANCES"
 	EnvGraceSeconds       = "GRACE_SECONDS"
+	EnvFenceSeconds       = "FENCE_SECONDS"
 	EnvStartingMaxSeconds = "STARTING_MAX_SECONDS"
 	// EnvDurability, EnvLastTimeline and EnvQualifiedOrdinals are what the
 	// function knew when it composed the failover Job; it reads them back
@@ -261,7 +262,7 @@ var Contract = []Script{
 	},
 	{
 		Name: Failover,
-		Does: "The failover Job's container (docs/failover.md). A failover: waits GRACE_SECONDS for the lost primary PRIMARY_ORDINAL to answer as a primary (longer while it is starting, up to STARTING_MAX_SECONDS), then promotes the most advanced qualified standby, once its replay settled and every other standby streams from it; a switchover (MODE=switchover) makes the primary read-only, waits for TARGET_ORDINAL to replay everything and promotes it. The outcome is one JSON line, the termination message: {\"result\":\"promoted\",\"from\":F,\"to\":T,\"timeline\":N,\"lsn\":\"X/Y\",\"reason\":...} or {\"result\":\"not-needed\",...}, exit 0; {\"result\":\"held\",...} (no promotion now, and why), exit 5; exit 5 too when no standby answers.",
+		Does: "The failover Job's container (docs/failover.md). A failover: waits GRACE_SECONDS, and at least FENCE_SECONDS (by then the kubelet killed a hung primary), for the lost primary PRIMARY_ORDINAL to answer as a primary (longer while it is starting, up to STARTING_MAX_SECONDS), then promotes the most advanced qualified standby, once its replay settled and every other standby streams from it; a switchover (MODE=switchover) makes the primary read-only, waits for TARGET_ORDINAL to replay everything and promotes it. The outcome is one JSON line, the termination message: {\"result\":\"promoted\",\"from\":F,\"to\":T,\"timeline\":N,\"lsn\":\"X/Y\",\"reason\":...} or {\"result\":\"not-needed\",...}, exit 0; {\"result\":\"held\",...} (no promotion now, and why), exit 5; exit 5 too when no standby answers.",
 		Env: []Var{
 			{Name: EnvDatabase, Need: Required, Meaning: "the Database's name N: instance k is N-k"},
 			{Name: EnvPrimaryOrdinal, Need: Required, Meaning: "the lost primary's ordinal (the current one, for a switchover)"},
@@ -270,6 +271,7 @@ var Contract = []Script{
 			{Name: EnvPGPort, Need: Required, Meaning: "the instances' port"},
 			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password")},
 			{Name: EnvGraceSeconds, Need: Optional, Default: "10", Meaning: "how long the primary may stay silent before a standby is promoted"},
+			{Name: EnvFenceSeconds, Need: Expected, Default: "0", Meaning: "how long after the lost primary stops answering its kubelet has killed it (its liveness probe's bound): no standby is promoted before the primary has been silent this long, nor GRACE_SECONDS"},
 			{Name: EnvStartingMaxSeconds, Need: Optional, Default: "120", Meaning: "how much longer a primary that is starting up (rejecting connections) may take"},
 			{Name: EnvDurability, Need: Expected, Meaning: "sync or async, as the function resolved spec.durability (without it: sync when a standby has synchronous_standby_names)"},
 			{Name: EnvLastTimeline, Need: Expected, Default: "1", Meaning: "the last recorded failover's timeline: an instance answering as a primary counts as promoted only above it"},

@@ -2,11 +2,16 @@
 # failover.sh: the failover Job, composed by the function when the primary's
 # pod is not ready (docs/failover.md). One run decides and acts once:
 #
-#   1. For GRACE_SECONDS the primary is asked, every second, whether it
-#      answers as a primary. If it does, the Job ends "not-needed": a primary
-#      that restarts (a roll, a deleted pod) is not failed over. A primary
-#      still starting up (rejecting connections) extends the wait, up to
-#      STARTING_MAX_SECONDS.
+#   1. For GRACE_SECONDS, and at least FENCE_SECONDS, the primary is asked,
+#      every second, whether it answers as a primary. If it does, the Job
+#      ends "not-needed": a primary that restarts (a roll, a deleted pod, a
+#      hang its kubelet killed) is not failed over. A primary still starting
+#      up (rejecting connections) extends the wait, up to
+#      STARTING_MAX_SECONDS. FENCE_SECONDS is the fence: the bound of the
+#      primary's liveness probe, after which its kubelet has killed a
+#      postgres that answers nothing. A primary that hung (frozen, stalled
+#      on its disk) and resumes after the promotion has no session left to
+#      acknowledge a write on, under async as under sync.
 #   2. Every other instance is asked for its timeline and the WAL it has
 #      received. One that already answers as a primary was promoted by an
 #      earlier run whose result was not recorded: it is the answer again.
@@ -25,9 +30,12 @@
 #      deadline).
 #
 # The Job never touches the old primary: it cannot stop a frozen process on
-# another node. Fencing is elsewhere: the rw Service's selector moves to the
-# promoted pod, the old primary's readiness probe stops it when it sees the
-# newer timeline (probe.sh), and its entrypoint rejoins it as a standby.
+# another node. Fencing is elsewhere: the kubelet kills a hung primary
+# (FENCE_SECONDS above), the rw Service's selector moves to the promoted
+# pod, the old primary's readiness probe stops it when it sees the newer
+# timeline (probe.sh), and its entrypoint rejoins it as a standby. A primary
+# alive but cut off from the Job and its peers (a partition) is not killed
+# by its kubelet: see docs/failover.md for that limit.
 #
 # Environment: DATABASE (N), PRIMARY_ORDINAL (F, the lost primary),
 # INSTANCES, PEER_DOMAIN (N-hl.NS.svc...; instances are N-k.PEER_DOMAIN),
@@ -35,8 +43,9 @@
 # it composed the Job: DURABILITY (sync or async; unset: detected from the
 # standbys), LAST_TIMELINE (default 1), QUALIFIED_ORDINALS (the standbys it
 # may promote; unset: every one); MODE=switchover and TARGET_ORDINAL for a
-# planned switchover (MODE default failover); optional GRACE_SECONDS
-# (default 10), STARTING_MAX_SECONDS (default 120), STALL_LOOKS (default 3),
+# planned switchover (MODE default failover); FENCE_SECONDS (default 0: no
+# fence beyond the grace); optional GRACE_SECONDS (default 10),
+# STARTING_MAX_SECONDS (default 120), STALL_LOOKS (default 3),
 # CANDIDATE_ROUNDS (default 15), STATE_DIR (default /tmp), PEER_TIMEOUT
 # (default 2), TERMINATION_LOG (default /dev/termination-log), FAILOVER_HOSTS
 # (tests: space-separated host:port by ordinal, replacing
@@ -53,6 +62,11 @@ require_int PRIMARY_ORDINAL 0
 require_int INSTANCES 2
 GRACE_SECONDS=${GRACE_SECONDS:-10}
 require_int GRACE_SECONDS 0
+FENCE_SECONDS=${FENCE_SECONDS:-0}
+require_int FENCE_SECONDS 0
+# silence_seconds: how long the primary must stay silent before a standby
+# is promoted: the grace, and never less than the fence.
+silence_seconds=$((GRACE_SECONDS > FENCE_SECONDS ? GRACE_SECONDS : FENCE_SECONDS))
 STARTING_MAX_SECONDS=${STARTING_MAX_SECONDS:-120}
 require_int STARTING_MAX_SECONDS 0
 TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
@@ -348,7 +362,7 @@ if [[ ${MODE:-failover} == switchover ]]; then
 	switchover
 fi
 
-log "primary ordinal $from (${hosts[from]}) is not ready; watching it for ${GRACE_SECONDS}s"
+log "primary ordinal $from (${hosts[from]}) is not ready; watching it for ${silence_seconds}s (grace ${GRACE_SECONDS}s, fence ${FENCE_SECONDS}s)"
 # Milliseconds on a monotonic clock (now_ms): the grace is a floor on how
 # long a primary is given to come back, never a second less.
 start=$(now_ms)
@@ -363,16 +377,16 @@ while :; do
 	fi
 	now=$(now_ms)
 	[[ $primary_state == silent ]] || silent_since=$now
-	if ((now - silent_since >= GRACE_SECONDS * 1000)); then
+	if ((now - silent_since >= silence_seconds * 1000)); then
 		break
 	fi
-	if ((now - start >= (GRACE_SECONDS + STARTING_MAX_SECONDS) * 1000)); then
+	if ((now - start >= (silence_seconds + STARTING_MAX_SECONDS) * 1000)); then
 		log "the primary has been starting up for more than ${STARTING_MAX_SECONDS}s without accepting connections"
 		break
 	fi
 	sleep 1
 done
-log "primary ordinal $from did not answer as a primary for ${GRACE_SECONDS}s (last: $primary_state): choosing a standby"
+log "primary ordinal $from did not answer as a primary for ${silence_seconds}s (last: $primary_state): choosing a standby"
 
 # standby_position K: "recovery|timeline|replayed|received" of ordinal K
 # ("f" first when it is no standby); fails when it does not answer.

@@ -257,13 +257,15 @@ func TestFailover(t *testing.T) {
 			t.Fatalf("the scenario needs b behind a: b at %s, a at %s", lsn(b), lsn(a))
 		}
 
-		r := c.runFailover(t, hosts, 0, 2)
+		// The fence (the lost primary's liveness bound) longer than the
+		// grace: the silence waited is the longer of the two.
+		r := c.runFailover(t, hosts, 0, 2, "FENCE_SECONDS=4")
 		if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 2.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
 			t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
 		}
 		promotedLSN, _ = r.result["lsn"].(string)
-		if r.took < 2*time.Second {
-			t.Errorf("promoted after %v, before the grace (2s) ran out", r.took)
+		if r.took < 4*time.Second {
+			t.Errorf("promoted after %v, before the fence (4s, longer than the grace of 2s) ran out", r.took)
 		}
 		for _, tc := range []struct{ name, sql, want string }{
 			{"a is a primary", "SELECT pg_is_in_recovery()", "f"},
