@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/example/function-database/internal/wire"
 )
@@ -53,6 +55,61 @@ func BenchmarkRunFunction(b *testing.B) {
 				}
 				data.Free() // as grpc does once the response is written
 			}
+		})
+	}
+}
+
+// BenchmarkReconcile measures a whole reconcile as Crossplane makes it:
+// every call until the requirements stop changing (a call that requires
+// resources is followed by one that carries them), each RunFunction and
+// its marshal. calls/op is how many calls that took: one for a new
+// Database and for a healthy one (the pods are not asked for while the
+// StatefulSet's status counts every instance ready), two while an
+// instance is not ready.
+func BenchmarkReconcile(b *testing.B) {
+	reqs := perfRequests(b)
+	unready := proto.CloneOf(reqs["large-observed"])
+	structAt(unready.Observed.Resources[string(rnStatefulSet)].GetResource(), "status").Fields["readyReplicas"] = structpb.NewNumberValue(2)
+	cases := []struct {
+		name string
+		req  *fnv1.RunFunctionRequest
+	}{
+		{"first", reqs["large-backup"]},
+		{"steady", reqs["large-observed"]},
+		{"instance-unready", unready},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			f := testFunction()
+			cluster := instancePodsOf(b, tc.req)
+			b.ReportAllocs()
+			calls := 0
+			for b.Loop() {
+				req := tc.req
+				var prev *fnv1.Requirements
+				for {
+					rsp, err := f.RunFunction(b.Context(), req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data, err := wire.Codec{}.Marshal(rsp)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data.Free()
+					calls++
+					if proto.Equal(rsp.GetRequirements(), prev) {
+						break
+					}
+					prev = rsp.GetRequirements()
+					req = proto.CloneOf(tc.req)
+					req.RequiredResources = map[string]*fnv1.Resources{}
+					for name, sel := range prev.GetResources() {
+						req.RequiredResources[name] = fetchRequired(sel, cluster)
+					}
+				}
+			}
+			b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
 		})
 	}
 }

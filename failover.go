@@ -97,6 +97,9 @@ type failoverEvent struct {
 type instancePods struct {
 	Resolved bool
 	Ready    map[string]bool
+	// FromStatus: Ready was read from the StatefulSet's status, which
+	// counts every instance ready (settledInstances), not from the pods.
+	FromStatus bool
 	// Fence is, by pod name, how long after its postgres stops answering
 	// the kubelet has killed it (fenceSeconds of its own liveness probe).
 	Fence map[string]int64
@@ -213,7 +216,12 @@ func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverP
 	if job != nil {
 		fp.Require = map[string]*fnv1.ResourceSelector{requirementFailoverPods: podSelector(db, map[string]string{labelJobControllerUID: string(job.UID)})}
 	}
-	if replicas > 1 && db.Failover {
+	// The pods are asked for only when they can change the decision: not
+	// before the StatefulSet exists (no pod can), nor while its status
+	// counts every instance ready (nothing to fail over; a switchover needs
+	// no more), so that a healthy Database, or a new one, costs Crossplane
+	// one call per reconcile, not two.
+	if replicas > 1 && db.Failover && o.StatefulSet != nil && !o.Instances.FromStatus {
 		if fp.Require == nil {
 			fp.Require = map[string]*fnv1.ResourceSelector{}
 		}
@@ -602,6 +610,21 @@ func podFence(pod *structpb.Struct) (int64, bool) {
 // desiredFence is fenceSeconds of the liveness probe this function composes.
 func desiredFence() int64 {
 	return fenceSeconds(livenessPeriod, livenessFailures, livenessTimeout, livenessKillGrace)
+}
+
+// settledInstances is what the pods would say when the StatefulSet's own
+// status already counts every instance of the Database ready, updated and
+// on the current revision (statefulSetReady): every pod ready. Otherwise
+// nothing is known, and the pods are asked for.
+func settledInstances(db *database, sts *appsv1.StatefulSet) instancePods {
+	if !statefulSetReady(sts, db.Tier.Replicas) {
+		return instancePods{}
+	}
+	out := instancePods{Resolved: true, FromStatus: true, Ready: make(map[string]bool, db.Tier.Replicas)}
+	for k := range int(db.Tier.Replicas) {
+		out.Ready[podName(db, k)] = true
+	}
+	return out
 }
 
 // lookupFailoverOutcome reads the failover Job's termination message from

@@ -121,8 +121,11 @@ func TestFailoverLifecycle(t *testing.T) {
 		feedBack(t, req, rsp, true)
 		rsp = runTest(t, req)
 	}
+	// Healthy (the StatefulSet's status counts every instance ready): the
+	// pods are not asked for, so a reconcile is one call. Once one is not
+	// ready, they are.
 	requires := []string{requirementInstances}
-	steady := failoverState{Primary: "0", Selector: "analytics-0", Status: "analytics-0", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: requires}
+	steady := failoverState{Primary: "0", Selector: "analytics-0", Status: "analytics-0", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3}
 	if d := cmp.Diff(steady, failoverStateOf(t, rsp)); d != "" {
 		t.Fatalf("steady state (-want +got):\n%s", d)
 	}
@@ -160,7 +163,7 @@ func TestFailoverLifecycle(t *testing.T) {
 			// standby now, and every pod is ready.
 			name:    "Recorded",
 			cluster: cluster(instancePodsReady(t, true, true, true)...),
-			want:    failoverState{Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 1, LastTo: "analytics-2", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: requires},
+			want:    failoverState{Primary: "2", Selector: "analytics-2", Status: "analytics-2", Count: 1, LastTo: "analytics-2", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3},
 		},
 		{
 			// A smaller size would delete ordinal 2, the primary.
@@ -311,7 +314,7 @@ func TestSwitchover(t *testing.T) {
 
 	feedBack(t, req, rsp, true)
 	rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, `{"result":"promoted","from":0,"to":1,"timeline":2,"lsn":"0/6000000","reason":"Switchover"}`)))
-	want := failoverState{Job: true, JobFrom: "0", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 1, LastTo: "analytics-1", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}}
+	want := failoverState{Job: true, JobFrom: "0", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 1, LastTo: "analytics-1", Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods}}
 	if d := cmp.Diff(want, failoverStateOf(t, rsp)); d != "" {
 		t.Errorf("after the switchover (-want +got):\n%s", d)
 	}
@@ -820,5 +823,74 @@ func TestFailoverHeld(t *testing.T) {
 				t.Errorf("primary %s, selector %s: a held Job moved the primary", got.Primary, got.Selector)
 			}
 		})
+	}
+}
+
+// TestInstancesAskedOnlyWhenNeeded: the instance pods are required (a
+// second call of the reconcile) only when they can change the decision.
+// The StatefulSet's status is what settles it: every instance counted ready
+// there means no failover to start, so a healthy Database is one call; the
+// moment the status lags a pod that just turned unready, the pods are not
+// read either, and the next reconcile (the status change wakes it) is the
+// one that fails over.
+func TestInstancesAskedOnlyWhenNeeded(t *testing.T) {
+	newReq := func() *fnv1.RunFunctionRequest {
+		return xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), compositionInput(t, "example/composition.yaml"))
+	}
+	setReady := func(req *fnv1.RunFunctionRequest, n int) {
+		structAt(req.Observed.Resources[string(rnStatefulSet)].GetResource(), "status").Fields["readyReplicas"] = structpb.NewNumberValue(float64(n))
+	}
+	cases := map[string]struct {
+		req  func() *fnv1.RunFunctionRequest
+		want []string // the requirements of the first call
+		job  bool     // a failover Job in the end (all calls)
+	}{
+		"NoStatefulSetYet": {req: newReq},
+		"EveryInstanceReady": {req: func() *fnv1.RunFunctionRequest {
+			return largeSteady(t)
+		}},
+		"StatusCountsOneUnready": {req: func() *fnv1.RunFunctionRequest {
+			req := largeSteady(t)
+			setReady(req, 2)
+			return req
+		}, want: []string{requirementInstances}, job: true},
+		"SwitchoverAsked": {req: func() *fnv1.RunFunctionRequest {
+			req := largeSteady(t)
+			setSpecField(req, "primary", structpb.NewNumberValue(1))
+			return req
+		}, job: true},
+		"SizeChangePending": {req: func() *fnv1.RunFunctionRequest {
+			req := largeSteady(t)
+			setSpecField(req, "size", structpb.NewStringValue("medium"))
+			return req
+		}, want: []string{requirementInstances}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := tc.req()
+			first := runOnce(t, req)
+			if d := cmp.Diff(tc.want, slices.Sorted(maps.Keys(first.GetRequirements().GetResources()))); d != "" {
+				t.Errorf("the first call's requirements (-want +got):\n%s", d)
+			}
+			// The whole reconcile, the pods as the StatefulSet's status
+			// counts them (the primary, analytics-0, the unready one).
+			ready := structAt(req.Observed.Resources[string(rnStatefulSet)].GetResource(), "status").GetFields()["readyReplicas"].GetNumberValue()
+			var pods []*structpb.Struct
+			if req.Observed.Resources[string(rnStatefulSet)] != nil {
+				pods = instancePodsReady(t, ready == 3, true, true)
+			}
+			rsp := runTestIn(t, req, append(append([]*structpb.Struct{}, exampleCluster(t)...), pods...))
+			if got := rsp.GetDesired().GetResources()[string(rnFailover)] != nil; got != tc.job {
+				t.Errorf("failover Job composed: %v, want %v", got, tc.job)
+			}
+		})
+	}
+
+	// The lag: the status still counts three ready while analytics-0 is
+	// not. Nothing is asked and nothing starts on this reconcile.
+	req := largeSteady(t)
+	rsp := runOnce(t, req)
+	if rsp.GetRequirements() != nil || rsp.GetDesired().GetResources()[string(rnFailover)] != nil {
+		t.Errorf("with the status counting every instance ready: requirements %v, failover Job %v; want neither", rsp.GetRequirements(), rsp.GetDesired().GetResources()[string(rnFailover)] != nil)
 	}
 }

@@ -72,6 +72,9 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	o.Source = lookupSource(req)
 	o.FailoverRecord = readFailoverRecord(xr)
 	o.Instances = lookupInstances(req)
+	if !o.Instances.Resolved {
+		o.Instances = settledInstances(db, o.StatefulSet)
+	}
 	o.FailoverOutcome = lookupFailoverOutcome(req)
 
 	p := makePlan(db, o, f.password)

@@ -80,8 +80,8 @@ func instancePodsOf(t testing.TB, req *fnv1.RunFunctionRequest) []*structpb.Stru
 // statusFromPods makes the observed StatefulSet's status.readyReplicas
 // count the ready instance pods of cluster, as the StatefulSet controller
 // would, when cluster has any: a cluster whose pods and StatefulSet
-// disagree only for the moment the controller takes (TestInstancesSettled
-// covers that moment).
+// disagree only for the moment the controller takes
+// (TestInstancesAskedOnlyWhenNeeded covers that moment).
 func statusFromPods(req *fnv1.RunFunctionRequest, cluster []*structpb.Struct) {
 	sts := req.GetObserved().GetResources()[string(rnStatefulSet)].GetResource()
 	st := structAt(sts, "status")
