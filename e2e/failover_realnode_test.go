@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -70,6 +71,14 @@ func TestFailover(t *testing.T) {
 		// return.
 		{"SessionOpenAcrossFreeze", "freeze-session", "sync"},
 		{"FrozenAsync", "freeze", "async"},
+		// The primary's pod cut off from its peers, the API server and the
+		// failover Job, not from the writer (iptables in its network
+		// namespace): its kubelet's probes, inside the pod, see nothing
+		// wrong; its sidecar finds no peer answering and stops postgres
+		// (the isolation fence), which starts the failover. With async, a
+		// primary left running would acknowledge the writer's writes on a
+		// timeline the promoted standby never sees.
+		{"PartitionedAsync", "partition", "async"},
 	}
 	for _, l := range losses {
 		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
@@ -163,6 +172,10 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 			t.Fatalf("restart Crossplane core: %v", err)
 		}
 		t.Log("Crossplane core started again")
+	case "partition":
+		heal := s.partitionPod(t, ns, from, string(pod.UID), writerName)
+		thaw = heal
+		defer heal()
 	case "empty":
 		// The data directory emptied under a running postgres, which then
 		// stops (SIGQUIT: immediate): the entrypoint finds an empty volume
@@ -181,7 +194,17 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	})
 	promoted := time.Now()
 	t.Logf("%s: %s promoted in place of %s after %s", how, to, from, promoted.Sub(lost).Round(time.Second))
-	if thaw != nil {
+	if how == "partition" {
+		// The isolation fence: the old primary's sidecar stopped postgres
+		// before anything could promote a standby (its pod turned unready
+		// only then).
+		if log := s.podLog(ns, from, containerPasswordSync); !strings.Contains(log, "ISOLATED") {
+			t.Errorf("%s's sidecar did not stop its postgres cut off from its peers: %s", from, lastLines(log, 5))
+		} else {
+			t.Logf("%s's sidecar: %s", from, grepLine(log, "ISOLATED"))
+		}
+		thaw()
+	} else if thaw != nil {
 		// The fence: the kubelet killed the hung postgres (its liveness
 		// probe) before the promotion, so nothing the old primary had open
 		// acknowledges a write when it resumes.
@@ -634,6 +657,91 @@ func (s *suite) readyInstances(ns, db string) int {
 		}
 	}
 	return n
+}
+
+// containerPasswordSync is the instance pods' sidecar (names.go).
+const containerPasswordSync = "password-sync"
+
+// grepLine is the first line of s containing want.
+func grepLine(s, want string) string {
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, want) {
+			return l
+		}
+	}
+	return ""
+}
+
+// partitionPod cuts the pod off from everything but its own loopback and
+// the pod named except (the writer), with iptables in the pod's network
+// namespace (entered through one of its processes): peers, the API server,
+// DNS and the failover Job time out. The returned heal (idempotent) takes
+// the rules away.
+func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal func()) {
+	t.Helper()
+	ctx := context.Background()
+	ex, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, except, metav1.GetOptions{})
+	if err != nil || ex.Status.PodIP == "" {
+		t.Fatalf("the pod %s let through: %v (IP %q)", except, err, ex.Status.PodIP)
+	}
+	pid := podProcess(uid)
+	if pid == 0 {
+		t.Fatalf("no process of pod %s found in the kubelet's cgroups", name)
+	}
+	ipt := func(args ...string) error {
+		out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "iptables", "-w"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables %v: %w: %s", args, err, out)
+		}
+		return nil
+	}
+	for _, r := range [][]string{
+		{"-A", "INPUT", "-i", "lo", "-j", "ACCEPT"},
+		{"-A", "INPUT", "-s", ex.Status.PodIP, "-j", "ACCEPT"},
+		{"-A", "INPUT", "-j", "DROP"},
+		{"-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"},
+		{"-A", "OUTPUT", "-d", ex.Status.PodIP, "-j", "ACCEPT"},
+		{"-A", "OUTPUT", "-j", "DROP"},
+	} {
+		if err := ipt(r...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("partitioned %s (all but %s at %s dropped in its network namespace)", name, except, ex.Status.PodIP)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, chain := range []string{"INPUT", "OUTPUT"} {
+				if err := ipt("-F", chain); err != nil {
+					t.Errorf("heal %s: %v", name, err)
+				}
+			}
+			t.Logf("healed %s", name)
+		})
+	}
+}
+
+// podProcess is a process of the pod with this UID (any: its containers
+// share the pod's network namespace), 0 when none is found.
+func podProcess(uid string) int {
+	found := 0
+	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
+		if found != 0 || err != nil || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(p, "pod"+uid) {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				found = pid
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 // postgresRestarts is the restart count of a pod's postgres container.

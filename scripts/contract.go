@@ -217,7 +217,7 @@ var Contract = []Script{
 	},
 	{
 		Name: SyncPasswords,
-		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed.",
+		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (fast) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS and no peer answers a connection at all (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
 		Env: []Var{
 			{Name: EnvPodName, Need: Required, Meaning: "the pod's name: its ordinal (0 applies the passwords) and its slot"},
 			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
@@ -228,8 +228,11 @@ var Contract = []Script{
 			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
 			{Name: EnvPrimaryHost, Need: Expected, Meaning: "the primary a standby asks about its slot; without it no slot check"},
 			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
-			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey}},
+			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances}},
 			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
+			peerDomain,
+			{Name: "ISOLATION_REPLY_SECONDS", Need: Optional, Default: "5", Meaning: "how old the freshest standby reply may be before a primary asks whether any peer answers at all"},
+			peerTimeout, peerHosts, peerOrds,
 			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},
 			stateDir,
 			{Name: "SYNC_ONCE", Need: TestOnly, Meaning: "1: one round, then exit with its status"},

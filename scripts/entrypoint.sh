@@ -339,6 +339,16 @@ primary() {
 		init_primary
 	else
 		check_version
+		# Stopped cut off from every peer (sync-passwords.sh
+		# check_isolation): a standby may have been promoted meanwhile.
+		# Not before a peer answers again, then the checks below as at
+		# any start.
+		if [[ -f $PGDATA/$ISOLATION_MARKER ]]; then
+			network_reaches_a_peer || wait_and_retry "ordinal $ordinal stopped itself cut off from every peer ($(<"$PGDATA/$ISOLATION_MARKER")), and no peer answers yet;" \
+				"a primary started now could acknowledge writes that a promoted standby never sees"
+			log "a peer answers again: clearing $ISOLATION_MARKER ($(<"$PGDATA/$ISOLATION_MARKER"))"
+			rm -f "$PGDATA/$ISOLATION_MARKER"
+		fi
 		# A peer already writing on a newer timeline means this pod's view
 		# of $SCRIPTS_DIR/primary is stale (a failover moved the primary):
 		# never a second writable primary. The hold starts over once the
@@ -526,6 +536,9 @@ rejoin_former_primary() {
 
 standby() {
 	require_env PRIMARY_HOST
+	# A standby acknowledges nothing: a former primary stopped cut off
+	# (ISOLATION_MARKER) rejoins as any other.
+	rm -f "$PGDATA/$ISOLATION_MARKER"
 	rewind_interrupted || true
 	if [[ -f $PGDATA/PG_VERSION && ! -f $PGDATA/standby.signal && (-f $CLONE_MARKER || -f $BOOTSTRAP_MARKER) ]]; then
 		rejoin_former_primary

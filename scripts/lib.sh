@@ -282,6 +282,37 @@ remote_query() {
 # until the next checkpoint).
 SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END"
 
+# ISOLATION_MARKER (in PGDATA): a primary cut off from every peer stopped
+# itself (sync-passwords.sh check_isolation); entrypoint.sh starts it again
+# only once a peer answers.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+ISOLATION_MARKER=database.isolated
+
+# network_reaches_a_peer: 0 when the network reaches at least one peer, or
+# there is none: a TCP connection to its postgres accepted or refused, or
+# its name known not to exist, all say the network works (that peer is
+# down, at most); 1 when every attempt timed out (PEER_TIMEOUT, default 2):
+# nothing answers at all, as from inside a partition. Every peer at once.
+network_reaches_a_peer() {
+	local peer line peers=0
+	while IFS= read -r line; do
+		peers=$((peers + 1))
+		[[ $line == answered ]] && return 0
+	done < <(
+		while IFS= read -r peer; do
+			[[ -n $peer ]] || continue
+			{
+				rc=0
+				# shellcheck disable=SC2016 # expanded by the inner bash
+				timeout "${PEER_TIMEOUT:-2}" bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${peer%:*}" "${peer##*:}" 2>/dev/null || rc=$?
+				if ((rc == 124)); then echo silent; else echo answered; fi
+			} &
+		done < <(peer_hosts)
+		wait
+	)
+	((peers == 0))
+}
+
 # newer_primary_peer TIMELINE: prints the host:port of a peer that answers
 # as a primary on a timeline above TIMELINE (and its timeline); fails when
 # none does. Peers that do not answer are not primaries as far as anyone can

@@ -14,6 +14,9 @@
 #     and is the same cluster (check_lost_slot).
 #   any instance: reloads the configuration when the function's
 #     postgresql.conf changed (reload_settings).
+#   primary with peers: stops postgres when it is cut off from every peer
+#     (check_isolation): the fence of a partition, which its kubelet's
+#     liveness probe, running inside the pod, never sees.
 # Safe while postgres is not up yet: it just tries again next round.
 # Passwords never reach the server: the sidecar sends SCRAM verifiers computed
 # here (lib.sh scram_verifier), as psql variables on stdin (:'pw' quoting):
@@ -23,6 +26,9 @@
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
 # then exit with its status; for tests and debugging), PRIMARY_HOST and
 # PRIMARY_PORT (default 5432; standbys), SLOT_CHECK_ROUNDS (default 6),
+# ISOLATION_REPLY_SECONDS (default 5), PEER_TIMEOUT (default 2), PEER_DOMAIN
+# and PEER_HOSTS / PEER_ORDINALS (lib.sh peer_hosts: the peers
+# check_isolation tries),
 # STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
 # script's directory: its postgresql.conf), SCRAM_TEST_SALT (tests; lib.sh
 # scram_verifier).
@@ -42,6 +48,8 @@ PRIMARY_HOST=${PRIMARY_HOST:-}
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
 SCRIPTS_DIR=${SCRIPTS_DIR:-$here}
 require_int PRIMARY_PORT 1
+ISOLATION_REPLY_SECONDS=${ISOLATION_REPLY_SECONDS:-5}
+require_int ISOLATION_REPLY_SECONDS 1
 ordinal=$(pod_ordinal)
 CLONE_MARKER="$PGDATA/database.cloned"
 RECLONE_MARKER="$PGDATA/database.reclone"
@@ -168,6 +176,39 @@ check_lost_slot() {
 	sync "$PGDATA"
 }
 
+# check_isolation SUPERUSER: on a primary, 1 once it found itself cut off
+# from every peer and stopped postgres. Cut off: no standby replied over
+# replication within ISOLATION_REPLY_SECONDS, and no peer answers a TCP
+# connection at all (network_reaches_a_peer: a refused connection or an
+# unknown name is an answer, so a standby restarting or deleted is not a
+# partition). Such a primary may be failed over by the others at any moment,
+# and with async replication every write it acknowledged from then on would
+# be lost, and acknowledged by a deposed primary: it stops (fast: every
+# session ends) and leaves ISOLATION_MARKER, and entrypoint.sh starts it
+# again only once a peer answers. A fence of commits that wait instead
+# (synchronous_standby_names) would not do: a client cancelling its wait
+# (statement_timeout) gets its COMMIT acknowledged, committed locally only.
+# From the partition to the stop: ISOLATION_REPLY_SECONDS, a round
+# (SYNC_INTERVAL) and PEER_TIMEOUT, 12 s by default, inside the failover
+# Job's fence (21 s), and before its pod turns unready, which is what starts
+# a failover at all.
+check_isolation() {
+	local age
+	[[ -n $(peer_hosts) ]] || return 0
+	age=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$1" -d postgres \
+		-c "SELECT coalesce(min(extract(epoch FROM now() - reply_time))::int, -1) FROM pg_stat_replication" 2>/dev/null) || return 0
+	if [[ $age =~ ^[0-9]+$ ]] && ((age < ISOLATION_REPLY_SECONDS)); then
+		return 0
+	fi
+	network_reaches_a_peer && return 0
+	local why="no standby replied for ${ISOLATION_REPLY_SECONDS}s or more (last reply age: ${age/#-1/none}) and no peer answers a connection within ${PEER_TIMEOUT:-2}s"
+	log "ISOLATED: $why: stopping postgres (fast: every session ends) so that it acknowledges nothing a promoted standby would not have; it starts again once a peer answers"
+	printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$why" >"$PGDATA/$ISOLATION_MARKER"
+	sync "$PGDATA"
+	pg_ctl stop -D "$PGDATA" -m fast -W >/dev/null 2>&1 || log "pg_ctl stop failed: postgres stopped already?"
+	return 1
+}
+
 applied=''   # checksum|postmaster start time of the last successful apply
 waiting=''   # last "not yet" reason logged, to log each reason once
 
@@ -219,6 +260,7 @@ sync_round() {
 		applied=$sum
 		return 0
 	fi
+	check_isolation "$su" || return 1
 	key="$sum|$started"
 	[[ $applied != "$key" ]] || return 0
 	if ! sync_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres >/dev/null; then
