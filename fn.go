@@ -79,13 +79,15 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 
 	p := makePlan(db, o, f.password)
 	desired := compose(db, p)
-	if err := setDesired(rsp, desired, o, db.Tier.Replicas); err != nil {
+	// Readiness once, by the rules of ready.go: each resource's, the
+	// StatefulSet's (the phase) and all of them (the Ready condition).
+	rd := readinessOf(desired, o, db.Tier.Replicas)
+	if err := setDesired(rsp, desired, rd); err != nil {
 		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composed resources"))
 		return rsp, nil
 	}
 
-	stsReady := statefulSetReady(o.StatefulSet, db.Tier.Replicas)
-	if err := setStatus(rsp, xr, status(db, p, o, stsReady, allReady(desired, o, db.Tier.Replicas))); err != nil {
+	if err := setStatus(rsp, xr, status(db, p, o, rd[rnStatefulSet] == fnv1.Ready_READY_TRUE, rd.all())); err != nil {
 		response.Fatal(rsp, errors.Wrap(err, "cannot set the Database's status"))
 		return rsp, nil
 	}
@@ -139,7 +141,7 @@ func newCondition(rsp *fnv1.RunFunctionResponse, c condition) *response.Conditio
 
 // setDesired adds the composed resources to the desired state the previous
 // pipeline steps left, each with the function's own readiness.
-func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o *observed, replicas int32) error {
+func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, rd readinessMap) error {
 	if rsp.Desired == nil {
 		rsp.Desired = &fnv1.State{}
 	}
@@ -147,24 +149,13 @@ func setDesired(rsp *fnv1.RunFunctionResponse, desired map[resource.Name]any, o 
 		rsp.Desired.Resources = make(map[string]*fnv1.Resource, len(desired))
 	}
 	for name, obj := range desired {
-		r, err := wire.Resource(string(name), obj, ready(name, o, replicas))
+		r, err := wire.Resource(string(name), obj, rd[name])
 		if err != nil {
 			return errors.Wrapf(err, "cannot convert %q", name)
 		}
 		rsp.Desired.Resources[string(name)] = r
 	}
 	return nil
-}
-
-// allReady is true when every composed resource is ready by the function's
-// own rules: what Crossplane's Ready condition of the XR then says too.
-func allReady(desired map[resource.Name]any, o *observed, replicas int32) bool {
-	for name := range desired {
-		if ready(name, o, replicas) != fnv1.Ready_READY_TRUE {
-			return false
-		}
-	}
-	return true
 }
 
 // setStatus merges the Database's status into the desired XR, keeping what

@@ -58,6 +58,30 @@ func ready(name resource.Name, o *observed, wantReplicas int32) fnv1.Ready {
 	return fnv1.Ready_READY_FALSE
 }
 
+// readinessMap is the readiness of every desired resource.
+type readinessMap map[resource.Name]fnv1.Ready
+
+// readinessOf is ready for every desired resource (the StatefulSet is
+// always one: compose).
+func readinessOf(desired map[resource.Name]any, o *observed, wantReplicas int32) readinessMap {
+	rd := make(readinessMap, len(desired))
+	for name := range desired {
+		rd[name] = ready(name, o, wantReplicas)
+	}
+	return rd
+}
+
+// all is true when every composed resource is ready by the function's own
+// rules: what Crossplane's Ready condition of the XR then says too.
+func (rd readinessMap) all() bool {
+	for _, r := range rd {
+		if r != fnv1.Ready_READY_TRUE {
+			return false
+		}
+	}
+	return true
+}
+
 // statefulSetReady holds when the controller has seen the current spec, every
 // wanted instance runs the current revision and is ready.
 func statefulSetReady(sts *appsv1.StatefulSet, want int32) bool {
