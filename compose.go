@@ -24,7 +24,7 @@ func compose(db *database, p *plan) map[resource.Name]any {
 		// to one would turn its clients' lookups into NXDOMAIN.
 		rnServiceRead: readService(db),
 	}
-	if db.Tier.Replicas > 1 {
+	if p.Replicas > 1 {
 		out[rnPDB] = podDisruptionBudget(db)
 	}
 	if db.NetworkPolicy {

@@ -39,7 +39,7 @@ func instanceScripts(files map[string]string) map[string]string {
 // max_wal_size on purpose).
 func instanceSettings(db *database, p *plan) map[string]string {
 	settings := walSettings(dataVolume(p))
-	if db.Durability == durabilitySync && db.Tier.Replicas > 1 {
+	if db.Durability == durabilitySync && p.Replicas > 1 {
 		// A commit returns once any one standby flushed it: the failover
 		// Job promotes the standby with the most WAL, which then holds
 		// every acknowledged commit. Reloadable: switching durability
@@ -103,7 +103,7 @@ func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 		data[keyInitialized] = "true"
 	}
 	data[keyPrimary] = strconv.Itoa(p.Primary)
-	data[keyInstances] = strconv.Itoa(int(db.Tier.Replicas))
+	data[keyInstances] = strconv.Itoa(int(p.Replicas))
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -205,8 +205,9 @@ func lastTimeline(r *failoverRecord) int64 {
 }
 
 // planFailover decides failover for this reconcile (see the comment at the
-// top of this file). replicas is the number of instances composed.
-func planFailover(db *database, p *plan, o *observed, replicas int32) *failoverPlan {
+// top of this file), for the p.Replicas instances composed.
+func planFailover(db *database, p *plan, o *observed) *failoverPlan {
+	replicas := p.Replicas
 	fp := &failoverPlan{Primary: p.Primary, Record: &failoverRecord{}}
 	if o.FailoverRecord != nil {
 		r := *o.FailoverRecord

@@ -81,7 +81,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	desired := compose(db, p)
 	// Readiness once, by the rules of ready.go: each resource's, the
 	// StatefulSet's (the phase) and all of them (the Ready condition).
-	rd := readinessOf(desired, o, db.Tier.Replicas)
+	rd := readinessOf(desired, o, p.Replicas)
 	if err := setDesired(rsp, desired, rd); err != nil {
 		response.Fatal(rsp, errors.Wrap(err, "cannot set the desired composed resources"))
 		return rsp, nil

@@ -28,6 +28,10 @@ type blocked struct {
 // the safety rules (data is never lost; docs/maintainers.md lists where
 // each lives) applied before any builder runs.
 type plan struct {
+	// Replicas is how many instances are composed: the tier's, or more
+	// while the primary sits above it after a failover (scaling in would
+	// delete it). The parsed spec (db.Tier) is never rewritten.
+	Replicas int32
 	// Image is the PostgreSQL image the StatefulSet runs: spec.version, or
 	// the running one when a major change was refused.
 	Image string
@@ -64,12 +68,13 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	}
 	primary, invalid := observedPrimary(db, o)
 	p.Primary = primary
+	p.Replicas = db.Tier.Replicas
 	if p.Primary >= int(db.Tier.Replicas) {
 		// Scaling in removes the highest ordinals: never the primary's.
 		p.Blocked = append(p.Blocked, blocked{reasonScaleInBlocked, fmt.Sprintf(
 			"size %s has %d instance(s), but the primary is %s (after a failover): scaling in would delete it; keeping %d instances. Move the primary to a lower ordinal first (docs/failover.md)",
 			db.Size, db.Tier.Replicas, podName(db, p.Primary), p.Primary+1)})
-		db.Tier.Replicas = int32(p.Primary + 1)
+		p.Replicas = int32(p.Primary + 1)
 	}
 
 	if sts != nil {
@@ -96,7 +101,7 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	var b []blocked
 	p.Restore, b = planRestore(db, p, o)
 	p.Blocked = append(p.Blocked, b...)
-	p.Failover = planFailover(db, p, o, db.Tier.Replicas)
+	p.Failover = planFailover(db, p, o)
 	p.Primary = p.Failover.Primary
 	if invalid != nil {
 		p.Failover.Warnings = append([]warning{*invalid}, p.Failover.Warnings...)

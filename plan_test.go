@@ -7,12 +7,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/testing/protocmp"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	fnresource "github.com/crossplane/function-sdk-go/resource"
 )
 
 func TestVolumeTemplatesNeverChange(t *testing.T) {
@@ -195,5 +199,40 @@ func TestTierChangeAdoptsVolumes(t *testing.T) {
 				t.Errorf("%s: SpecApplied (-want +got):\n%s", tc.reason, d)
 			}
 		})
+	}
+}
+
+// TestPlanKeepsTheSpec: the plan says what it decided and never rewrites
+// the parsed spec. With the primary at ordinal 2 after a failover and the
+// size now medium (2 instances), the plan composes 3 (scaling in would
+// delete the primary) while db.Tier still says medium's 2.
+func TestPlanKeepsTheSpec(t *testing.T) {
+	cfg, errs := parseInput(nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	db, errs := parseDatabase(yamlStruct(t, `
+apiVersion: example.com/v1
+kind: Database
+metadata: {name: orders, namespace: shop}
+spec: {version: "16", size: medium}`), cfg)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	before := db.Tier.Replicas
+	o := observedOf(t, map[fnresource.Name]runtime.Object{
+		rnScripts:     &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, Data: map[string]string{keyPrimary: "2", keyInitialized: "true"}},
+		rnStatefulSet: &appsv1.StatefulSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}},
+	})
+	p := makePlan(db, o, func() string { return "pw" })
+	if p.Primary != 2 || p.Replicas != 3 {
+		t.Errorf("plan: primary %d, replicas %d; want 2 and 3", p.Primary, p.Replicas)
+	}
+	if db.Tier.Replicas != before {
+		t.Errorf("makePlan rewrote db.Tier.Replicas from %d to %d", before, db.Tier.Replicas)
+	}
+	sts, ok := compose(db, p)[rnStatefulSet].(*appsv1.StatefulSet)
+	if !ok || *sts.Spec.Replicas != 3 {
+		t.Errorf("the StatefulSet composes %v replicas, want 3", sts.Spec.Replicas)
 	}
 }

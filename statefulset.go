@@ -39,7 +39,7 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 			Annotations: map[string]string{annotationMajor: strconv.Itoa(p.Major)},
 		},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To(db.Tier.Replicas),
+			Replicas:    ptr.To(p.Replicas),
 			ServiceName: headlessServiceName(db),
 			Selector:    &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
 			// Parallel: every pod starts at once. With OrderedReady, after a

@@ -150,11 +150,11 @@ func conditions(db *database, p *plan, o *observed) []condition {
 // instances' pods were read (required resources) and the primary is ready;
 // a lost primary is the Failover condition's.
 func writableCondition(db *database, p *plan, o *observed) (condition, bool) {
-	if db.Durability != durabilitySync || db.Tier.Replicas < 2 || !o.Instances.Resolved || !o.Instances.Ready[podName(db, p.Primary)] {
+	if db.Durability != durabilitySync || p.Replicas < 2 || !o.Instances.Resolved || !o.Instances.Ready[podName(db, p.Primary)] {
 		return condition{}, false
 	}
 	var ready, notReady []string
-	for k := range int(db.Tier.Replicas) {
+	for k := range int(p.Replicas) {
 		if k == p.Primary {
 			continue
 		}
