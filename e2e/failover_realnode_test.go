@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,17 +142,7 @@ func (s *suite) switchover(t *testing.T, d database, ns, db, writerName string) 
 // as scenario name.
 func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, name, how, durability string) {
 	ctx := context.Background()
-	if str(d.get(t), "spec", "durability") != durability {
-		u := d.patch(t, fmt.Sprintf(`{"spec":{"durability":%q}}`, durability))
-		s.waitSynced(t, d, u.GetGeneration())
-		s.waitRealReady(t, d)
-	}
-	from := str(d.get(t), "status", "primary")
-	count, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
-	pod, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	from, count, pod := s.primaryUnderTest(t, d, ns, durability)
 	// freeze-session: a transaction held open on the primary across the
 	// freeze, its row inserted but not committed.
 	var held *heldTxn
@@ -295,17 +284,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 // primary then.
 func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, name, how, durability string) {
 	ctx := context.Background()
-	if str(d.get(t), "spec", "durability") != durability {
-		u := d.patch(t, fmt.Sprintf(`{"spec":{"durability":%q}}`, durability))
-		s.waitSynced(t, d, u.GetGeneration())
-		s.waitRealReady(t, d)
-	}
-	from := str(d.get(t), "status", "primary")
-	count, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
-	pod, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	from, count, pod := s.primaryUnderTest(t, d, ns, durability)
 	fault := time.Now()
 	switch how {
 	case "kill":
@@ -356,6 +335,24 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		}
 	}
 	s.checkAfterFailover(t, d, ns, db, writerName, fc)
+}
+
+// primaryUnderTest sets the Database's durability and, once it is whole,
+// returns its primary, the failovers counted so far and the primary's pod.
+func (s *suite) primaryUnderTest(t *testing.T, d database, ns, durability string) (from string, count int64, pod *corev1.Pod) {
+	t.Helper()
+	if str(d.get(t), "spec", "durability") != durability {
+		u := d.patch(t, fmt.Sprintf(`{"spec":{"durability":%q}}`, durability))
+		s.waitSynced(t, d, u.GetGeneration())
+		s.waitRealReady(t, d)
+	}
+	from = str(d.get(t), "status", "primary")
+	count, _, _ = unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
+	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), from, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return from, count, pod
 }
 
 // failoverCheck is what checkAfterFailover checks a scenario with.
@@ -840,24 +837,10 @@ func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal f
 // podProcess is a process of the pod with this UID (any: its containers
 // share the pod's network namespace), 0 when none is found.
 func podProcess(uid string) int {
-	found := 0
-	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
-		if found != 0 || err != nil || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(p, "pod"+uid) {
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				found = pid
-				return filepath.SkipAll
-			}
-		}
-		return nil
-	})
-	return found
+	if pids := kubepodsPIDs(uid); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
 }
 
 // postgresRestarts is the restart count of a pod's postgres container.
@@ -919,31 +902,15 @@ func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 // stopPostgres sends sig to the pod's PostgreSQL processes (signalPod) and
 // returns how many it signalled.
 func stopPostgres(uid string, sig syscall.Signal) int {
-	var pids []int
-	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(p, "pod"+uid) {
-			return nil
+	n := 0
+	for _, pid := range kubepodsPIDs(uid) {
+		// PostgreSQL's processes only: a probe or an exec caught in the
+		// middle would hold the kubelet's prober for its 2-minute runtime
+		// timeout, which no real hang does.
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			_ = syscall.Kill(pid, sig)
+			n++
 		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		for _, f := range strings.Fields(string(data)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil || pid <= 1 || slices.Contains(pids, pid) {
-				continue
-			}
-			// PostgreSQL's processes only: a probe or an exec caught in the
-			// middle would hold the kubelet's prober for its 2-minute
-			// runtime timeout, which no real hang does.
-			if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-				pids = append(pids, pid)
-			}
-		}
-		return nil
-	})
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig)
 	}
-	return len(pids)
+	return n
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -750,8 +751,18 @@ func removePodNetns() {
 // killKubepods kills every process in the kubelet's pod cgroups (cgroup v1
 // here: the pids hierarchy holds them all).
 func killKubepods() {
+	for _, pid := range kubepodsPIDs("") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// kubepodsPIDs are the processes in the kubelet's pod cgroups (cgroup v1,
+// cgroupfs driver: .../pod<UID>/...), of the pod with this UID only unless
+// uid is empty, each once.
+func kubepodsPIDs(uid string) []int {
+	var pids []int
 	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || (uid != "" && !strings.Contains(p, "pod"+uid)) {
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -759,12 +770,13 @@ func killKubepods() {
 			return nil
 		}
 		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
 			}
 		}
 		return nil
 	})
+	return pids
 }
 
 var unmountMu sync.Mutex

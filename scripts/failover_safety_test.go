@@ -359,13 +359,7 @@ func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 // answers as the primary on its timeline.
 func TestPrimaryRefusesStandbyData(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "sd-db")
-	p, s := c.instance(0), c.instance(1)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	s.start(t)
-	s.waitReady(t, 120*time.Second)
+	c, p, s := newPair(t, "sd-db")
 	s.stop(t)
 	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
 	defer writeFile(t, filepath.Join(c.scripts, "primary"), "0\n")

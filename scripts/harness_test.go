@@ -302,6 +302,20 @@ type instance struct {
 	err  error
 }
 
+// newPair is a new cluster named name with a primary (ordinal 0) and one
+// standby (ordinal 1), both ready.
+func newPair(t *testing.T, name string) (c *cluster, p, s *instance) {
+	t.Helper()
+	tl := requirePostgres(t)
+	c = newCluster(t, tl, newRoot(t, tl), name)
+	p, s = c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	return c, p, s
+}
+
 func (c *cluster) instance(ordinal int) *instance {
 	t := c.t
 	pod := fmt.Sprintf("%s-%d", c.name, ordinal)

@@ -64,13 +64,7 @@ func blackhole(t *testing.T) string {
 // is no partition.
 func TestIsolatedPrimaryStopsItself(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "iso-db")
-	p, s := c.instance(0), c.instance(1)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	s.start(t)
-	s.waitReady(t, 120*time.Second)
+	c, p, s := newPair(t, "iso-db")
 	silent := blackhole(t)
 	refused := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	marker := filepath.Join(p.pgdata, "database.isolated")
