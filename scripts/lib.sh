@@ -291,8 +291,10 @@ ISOLATION_MARKER=database.isolated
 # network_reaches_a_peer: 0 when the network reaches at least one peer, or
 # there is none: a TCP connection to its postgres accepted or refused, or
 # its name known not to exist, all say the network works (that peer is
-# down, at most); 1 when every attempt timed out (PEER_TIMEOUT, default 2):
-# nothing answers at all, as from inside a partition. Every peer at once.
+# down, at most); 1 when no peer gave such an answer within PEER_TIMEOUT
+# (default 2): every attempt timed out, or failed on this side (a packet
+# this host may not send, a network it has no route to, a name server it
+# cannot reach), as from inside a partition. Every peer at once.
 network_reaches_a_peer() {
 	local peer line peers=0
 	while IFS= read -r line; do
@@ -302,10 +304,13 @@ network_reaches_a_peer() {
 		while IFS= read -r peer; do
 			[[ -n $peer ]] || continue
 			{
-				rc=0
 				# shellcheck disable=SC2016 # expanded by the inner bash
-				timeout "${PEER_TIMEOUT:-2}" bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${peer%:*}" "${peer##*:}" 2>/dev/null || rc=$?
-				if ((rc == 124)); then echo silent; else echo answered; fi
+				if err=$(LC_ALL=C timeout "${PEER_TIMEOUT:-2}" bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${peer%:*}" "${peer##*:}" 2>&1) ||
+					[[ $err == *"Connection refused"* || $err == *"Name or service not known"* || $err == *"No address associated"* ]]; then
+					echo answered
+				else
+					echo silent
+				fi
 			} &
 		done < <(peer_hosts)
 		wait
