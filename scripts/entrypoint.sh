@@ -344,6 +344,7 @@ primary() {
 		# Not before a peer answers again, then the checks below as at
 		# any start.
 		if [[ -f $PGDATA/$ISOLATION_MARKER ]]; then
+			# shellcheck disable=SC2119 # no addresses beyond the peers' names
 			network_reaches_a_peer || wait_and_retry "ordinal $ordinal stopped itself cut off from every peer ($(<"$PGDATA/$ISOLATION_MARKER")), and no peer answers yet;" \
 				"a primary started now could acknowledge writes that a promoted standby never sees"
 			log "a peer answers again: clearing $ISOLATION_MARKER ($(<"$PGDATA/$ISOLATION_MARKER"))"

@@ -288,8 +288,9 @@ SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || ('x' || s
 # shellcheck disable=SC2034 # used by the scripts that source this file
 ISOLATION_MARKER=database.isolated
 
-# network_reaches_a_peer: 0 when the network reaches at least one peer, or
-# there is none: a TCP connection to its postgres accepted or refused, or
+# network_reaches_a_peer [HOST:PORT...]: 0 when the network reaches at
+# least one peer (those named, and peer_hosts), or there is none: a TCP
+# connection to its postgres accepted or refused, or
 # its name known not to exist, all say the network works (that peer is
 # down, at most); 1 when no peer gave such an answer within PEER_TIMEOUT
 # (default 2): every attempt timed out, or failed on this side (a packet
@@ -312,7 +313,7 @@ network_reaches_a_peer() {
 					echo silent
 				fi
 			} &
-		done < <(peer_hosts)
+		done < <(printf '%s\n' "$@"; peer_hosts)
 		wait
 	)
 	((peers == 0))

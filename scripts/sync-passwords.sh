@@ -193,14 +193,22 @@ check_lost_slot() {
 # Job's fence (21 s), and before its pod turns unready, which is what starts
 # a failover at all.
 check_isolation() {
-	local age
+	local row age addrs=() a
 	[[ -n $(peer_hosts) ]] || return 0
-	age=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$1" -d postgres \
-		-c "SELECT coalesce(min(extract(epoch FROM now() - reply_time))::int, -1) FROM pg_stat_replication" 2>/dev/null) || return 0
+	row=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$1" -d postgres \
+		-c "SELECT coalesce(min(extract(epoch FROM now() - reply_time))::int, -1) || '|' || coalesce(string_agg(DISTINCT host(client_addr), ' '), '') FROM pg_stat_replication" 2>/dev/null) || return 0
+	age=${row%%|*}
 	if [[ $age =~ ^[0-9]+$ ]] && ((age < ISOLATION_REPLY_SECONDS)); then
 		return 0
 	fi
-	network_reaches_a_peer && return 0
+	# The standbys' own addresses too, as their replication connections
+	# came from: a name server down is no partition, and must not stop
+	# a primary whose standbys stream.
+	for a in ${row#*|}; do
+		[[ $a == *:* ]] && a="[$a]"
+		addrs+=("$a:$PGPORT")
+	done
+	network_reaches_a_peer "${addrs[@]}" && return 0
 	local why="no standby replied for ${ISOLATION_REPLY_SECONDS}s or more (last reply age: ${age/#-1/none}) and no peer answers a connection within ${PEER_TIMEOUT:-2}s"
 	log "ISOLATED: $why: stopping postgres (fast: every session ends) so that it acknowledges nothing a promoted standby would not have; it starts again once a peer answers"
 	printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$why" >"$PGDATA/$ISOLATION_MARKER"
