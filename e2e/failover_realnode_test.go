@@ -797,11 +797,13 @@ func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal f
 	if err != nil || ex.Status.PodIP == "" {
 		t.Fatalf("the pod %s let through: %v (IP %q)", except, err, ex.Status.PodIP)
 	}
-	pid := podProcess(uid)
-	if pid == 0 {
-		t.Fatalf("no process of pod %s found in the kubelet's cgroups", name)
-	}
+	// A process of the pod found anew each time: the one found first may
+	// be a postgres that its sidecar then stops.
 	ipt := func(args ...string) error {
+		pid := podProcess(uid)
+		if pid == 0 {
+			return fmt.Errorf("no process of pod %s found in the kubelet's cgroups", name)
+		}
 		out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "iptables", "-w"}, args...)...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("iptables %v: %w: %s", args, err, out)
@@ -834,10 +836,17 @@ func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal f
 	}
 }
 
-// podProcess is a process of the pod with this UID (any: its containers
-// share the pod's network namespace), 0 when none is found.
+// podProcess is a process of the pod with this UID (its containers share
+// the pod's network namespace): its pause process, which lives as long as
+// the pod, else any; 0 when none is found.
 func podProcess(uid string) int {
-	if pids := kubepodsPIDs(uid); len(pids) > 0 {
+	pids := kubepodsPIDs(uid)
+	for _, pid := range pids {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "pause" {
+			return pid
+		}
+	}
+	if len(pids) > 0 {
 		return pids[0]
 	}
 	return 0
