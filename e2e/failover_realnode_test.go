@@ -262,10 +262,19 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	if how == "empty" {
 		rejoin = rejoinClone
 	}
-	r := s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+	fc := failoverCheck{
 		scenario: name, durability: checker.Durability(durability),
 		from: from, to: to, fault: lost, promoted: promoted, rejoin: rejoin, extra: extra,
-	})
+	}
+	if how == "partition" {
+		// The isolation fence stopped postgres, so its container exited;
+		// after the earlier scenarios' restarts of the same pod the
+		// kubelet's back-off (up to 5 minutes) delays its next start, and
+		// the rejoin with it (seen: over 5 minutes). A pod restarted once
+		// starts again within seconds.
+		fc.rejoinWait = 10 * time.Minute
+	}
+	r := s.checkAfterFailover(t, d, ns, db, writerName, fc)
 	if held != nil {
 		held.check(t, r)
 		out, err := s.appSQL(ns, to, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", checker.Table, heldRow))
@@ -372,6 +381,9 @@ type failoverCheck struct {
 	rejoin string
 	// extra are writes besides the writer's (a held transaction's COMMIT).
 	extra []checker.Attempt
+	// rejoinWait, when set, bounds the wait for the old primary to stream
+	// again instead of realReady.
+	rejoinWait time.Duration
 }
 
 // rtoGoal is the liveness goal (S6): with a healthy qualifying
@@ -398,7 +410,11 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 		return lastAcknowledged(writer.Parse(log)).After(c.promoted), lastLines(log, 3)
 	})
 	// The old primary rejoins as a standby; every instance streams.
-	eventually(t, realReady, "three instances ready, two streaming from "+c.to, func() (bool, string) {
+	wait := realReady
+	if c.rejoinWait > 0 {
+		wait = c.rejoinWait
+	}
+	eventually(t, wait, "three instances ready, two streaming from "+c.to, func() (bool, string) {
 		out := s.superSQL(ns, c.to, "SELECT count(*) FILTER (WHERE state = 'streaming') || ' ' || coalesce(string_agg(application_name || ':' || state || ':' || sync_state, ','), '') FROM pg_stat_replication")
 		return strings.HasPrefix(out, "2 ") && s.readyInstances(ns, db) == 3, out + "; " + s.podsState(ns, db)
 	})
