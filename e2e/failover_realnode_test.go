@@ -78,32 +78,9 @@ func TestFailover(t *testing.T) {
 		// primary left running would acknowledge the writer's writes on a
 		// timeline the promoted standby never sees.
 		{"PartitionedAsync", "partition", "async"},
-		// A standby frozen with the primary: with sync any standby may hold
-		// the last acknowledged commits, so the Job holds (Failover
-		// Held) until that standby answers again, then promotes.
-		{"StandbyLostWithPrimary", "freeze-with-standby", "sync"},
 	}
 	for _, l := range losses {
 		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
-			return
-		}
-	}
-	// Faults the primary comes back from by itself: a failover may follow
-	// or not (the Job ends not-needed when the primary answers first);
-	// either way nothing acknowledged is lost (sync) and no deposed primary
-	// acknowledges anything.
-	disturbances := []struct{ name, how, durability string }{
-		// Every postgres process killed: the kubelet restarts the
-		// container, crash recovery, the same primary.
-		{"KilledPostmaster", "kill", "sync"},
-		// Every instance's pod deleted at once, with the primary at
-		// whatever ordinal the failovers left it (OrderedReady once never
-		// created the primary's pod while ordinal 0, a standby, was not
-		// ready).
-		{"FullRestart", "delete-all", "sync"},
-	}
-	for _, l := range disturbances {
-		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
 			return
 		}
 	}
@@ -154,7 +131,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	lost := time.Now()
 	var thaw func()
 	switch how {
-	case "freeze", "freeze-session", "freeze-core-down", "freeze-with-standby":
+	case "freeze", "freeze-session", "freeze-core-down":
 		// Every postgres process of the pod stops, the postmaster included
 		// (only the host can stop a container's init): a hung primary, and
 		// one that hangs again each time its kubelet restarts it (a disk
@@ -165,29 +142,6 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		defer thaw()
 	}
 	switch how {
-	case "freeze-with-standby":
-		standby := ""
-		for k := range 3 {
-			if n := fmt.Sprintf("%s-%d", db, k); n != from {
-				standby = n
-				break
-			}
-		}
-		sp, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		thawStandby := holdFrozen(t, standby, string(sp.UID))
-		defer thawStandby()
-		eventually(t, 4*time.Minute, "the failover held for the silent standby "+standby, func() (bool, string) {
-			c := getCondition(d.get(t), "Failover")
-			return c.Reason == "Held", fmt.Sprintf("Failover %s %s: %s; primary %s", c.Status, c.Reason, c.Message, str(d.get(t), "status", "primary"))
-		})
-		if p := str(d.get(t), "status", "primary"); p != from {
-			t.Fatalf("promoted %s with the standby %s silent under sync", p, standby)
-		}
-		t.Logf("held %s after the loss with %s silent: %s", time.Since(lost).Round(time.Second), standby, getCondition(d.get(t), "Failover").Message)
-		thawStandby()
 	case "freeze-core-down":
 		eventually(t, 2*time.Minute, "the failover Job composed", func() (bool, string) {
 			j, err := s.k.cs.BatchV1().Jobs(ns).Get(ctx, db+"-failover", metav1.GetOptions{})
@@ -286,64 +240,6 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "PrimaryLost" {
 		t.Errorf("status.failover.last.reason %q, want PrimaryLost", r)
 	}
-}
-
-// disturbThePrimary injects a fault the primary may come back from by
-// itself, and checks the Database once it is whole again, whoever is the
-// primary then.
-func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, name, how, durability string) {
-	ctx := context.Background()
-	from, count, pod := s.primaryUnderTest(t, d, ns, durability)
-	fault := time.Now()
-	switch how {
-	case "kill":
-		n := signalPod(t, string(pod.UID), syscall.SIGKILL)
-		t.Logf("killed %d postgres processes of %s", n, from)
-	case "delete-all":
-		pods, err := s.instancePods(ns, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pods {
-			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatalf("delete %s: %v", p.Name, err)
-			}
-		}
-		t.Logf("deleted the %d instance pods (primary %s)", len(pods), from)
-	default:
-		t.Fatalf("unknown disturbance %q", how)
-	}
-	// Whole again: every instance ready, the primary's standbys streaming.
-	var to string
-	var back, moved time.Time
-	eventually(t, realReady, "the Database whole again after "+how, func() (bool, string) {
-		u := d.get(t)
-		to = str(u, "status", "primary")
-		if to != from && moved.IsZero() {
-			moved = time.Now() // status.primary moved: a promotion
-		}
-		if to == "" || s.readyInstances(ns, db) != 3 {
-			return false, "primary " + to + "; " + s.podsState(ns, db) + "; jobs: " + s.jobsState(ns)
-		}
-		out := s.superSQL(ns, to, "SELECT count(*) FILTER (WHERE state = 'streaming') FROM pg_stat_replication")
-		back = time.Now()
-		return out == "2", "primary " + to + " streams to " + out + "; " + s.podsState(ns, db)
-	})
-	c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
-	t.Logf("%s: whole again %s after the fault, primary %s (was %s); failover Jobs run meanwhile: %d",
-		how, back.Sub(fault).Round(100*time.Millisecond), to, from, c-count)
-	// Without a promotion the checker's deposed-primary check starts when
-	// the primary is whole again (none may be on another timeline).
-	fc := failoverCheck{scenario: name, durability: checker.Durability(durability), from: from, to: to, fault: fault, promoted: back, rejoin: rejoinRewind}
-	if to == from {
-		fc.rejoin = ""
-	} else {
-		fc.promoted = moved
-		if r := str(d.get(t), "status", "failover", "last", "reason"); r != "PrimaryLost" {
-			t.Errorf("the primary moved from %s to %s, status.failover.last.reason %q, want PrimaryLost", from, to, r)
-		}
-	}
-	s.checkAfterFailover(t, d, ns, db, writerName, fc)
 }
 
 // primaryUnderTest sets the Database's durability and, once it is whole,
