@@ -70,14 +70,9 @@ func TestFailover(t *testing.T) {
 		// return.
 		{"SessionOpenAcrossFreeze", "freeze-session", "sync"},
 		{"FrozenAsync", "freeze", "async"},
-		// The primary's pod cut off from its peers, the API server and the
-		// failover Job, not from the writer (iptables in its network
-		// namespace): its kubelet's probes, inside the pod, see nothing
-		// wrong; its sidecar finds no peer answering and stops postgres
-		// (the isolation fence), which starts the failover. With async, a
-		// primary left running would acknowledge the writer's writes on a
-		// timeline the promoted standby never sees.
-		{"PartitionedAsync", "partition", "async"},
+		// PartitionedAsync ("partition": the isolation fence) passed here
+		// but waits for ISOLATION_FENCE to be on by default
+		// (notes/issue-21.md).
 	}
 	for _, l := range losses {
 		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {

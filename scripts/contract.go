@@ -231,6 +231,7 @@ var Contract = []Script{
 			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances}},
 			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
 			peerDomain,
+			{Name: "ISOLATION_FENCE", Need: Optional, Default: "off", Meaning: "on: a primary cut off from every peer stops itself (check_isolation); off until it tells a replaced standby's pod from a partition"},
 			{Name: "ISOLATION_REPLY_SECONDS", Need: Optional, Default: "5", Meaning: "how old the freshest standby reply may be before a primary asks whether any peer answers at all"},
 			peerTimeout, peerHosts, peerOrds,
 			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},

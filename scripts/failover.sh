@@ -33,9 +33,9 @@
 # another node. Fencing is elsewhere: the kubelet kills a hung primary
 # (FENCE_SECONDS above), the rw Service's selector moves to the promoted
 # pod, the old primary's readiness probe stops it when it sees the newer
-# timeline (probe.sh), and its entrypoint rejoins it as a standby. A primary
-# alive but cut off from every peer stops itself (sync-passwords.sh
-# check_isolation) before its pod turns unready, so before any Job runs.
+# timeline (probe.sh), and its entrypoint rejoins it as a standby. With
+# ISOLATION_FENCE=on, a primary alive but cut off from every peer stops
+# itself (sync-passwords.sh check_isolation) before its pod turns unready.
 #
 # Environment: DATABASE (N), PRIMARY_ORDINAL (F, the lost primary),
 # INSTANCES, PEER_DOMAIN (N-hl.NS.svc...; instances are N-k.PEER_DOMAIN),

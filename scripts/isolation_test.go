@@ -70,7 +70,7 @@ func TestIsolatedPrimaryStopsItself(t *testing.T) {
 	marker := filepath.Join(p.pgdata, "database.isolated")
 	sidecar := func(peers string) string {
 		t.Helper()
-		out, _ := c.script(time.Minute, append(p.env(), "SYNC_ONCE=1", "PEER_TIMEOUT=1", "PEER_HOSTS="+peers), SyncPasswords)
+		out, _ := c.script(time.Minute, append(p.env(), "SYNC_ONCE=1", "ISOLATION_FENCE=on", "PEER_TIMEOUT=1", "PEER_HOSTS="+peers), SyncPasswords)
 		return out
 	}
 	notFenced := func(t *testing.T, out string) {
