@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // The real node: kubelet, kube-proxy, containerd + runc + CNI bridge, CoreDNS
@@ -62,6 +66,7 @@ type node struct {
 
 	containerd, kubelet, proxy, dns, router *proc
 	guard                                   bool
+	api                                     net.Listener // exposeAPI's
 }
 
 func (n *node) procs() []*proc {
@@ -138,6 +143,9 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 	logf("real node: kubelet registered %s Ready (%s)", realNodeName, time.Since(t0).Round(time.Millisecond))
 	if err := n.startProxy(ctx); err != nil {
 		return n, err
+	}
+	if err := n.exposeAPI(ctx); err != nil {
+		return n, fmt.Errorf("the API server to the pods: %w", err)
 	}
 	if err := n.startDNS(ctx); err != nil {
 		return n, err
@@ -607,6 +615,68 @@ conntrack: {maxPerCore: 0}
 	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.proxy)
 }
 
+// exposeAPI lets the pods reach the API server as in any cluster: through
+// the kubernetes Service (10.0.0.1:443, KUBERNETES_SERVICE_HOST and _PORT in
+// every container). The API server listens on 127.0.0.1 only, which no pod
+// reaches, and manages no endpoints of its own (--endpoint-reconciler-type
+// none): a forwarder on the bridge address (on this machine only, like
+// CoreDNS) and the Service's EndpointSlice pointing at it. The instances'
+// isolation fence takes the API server for its witness (scripts/lib.sh
+// isolation_witness): without this, every pod here would look cut off from
+// the control plane.
+func (n *node) exposeAPI(ctx context.Context) error {
+	u, err := url.Parse(n.cl.host)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(bridgeIP, u.Port()))
+	if err != nil {
+		return err
+	}
+	n.api = l
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go forward(c, u.Host)
+		}
+	}()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "function-database-e2e"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{bridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	_, err = n.cl.kube.cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = nil
+	}
+	return err
+}
+
+// forward copies c to and from a new connection to addr, until either ends.
+func forward(c net.Conn, addr string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
+
 func (n *node) startDNS(ctx context.Context) error {
 	health, err := freePort()
 	if err != nil {
@@ -682,6 +752,9 @@ func (n *node) startRouter(ctx context.Context) error {
 // new containers), then every container containerd still runs, then the
 // iptables rules and the bridge.
 func (n *node) stop() {
+	if n.api != nil {
+		_ = n.api.Close()
+	}
 	for _, p := range []*proc{n.router, n.dns, n.proxy, n.kubelet} {
 		if p != nil {
 			p.stop(k8sStop)

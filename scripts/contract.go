@@ -217,7 +217,7 @@ var Contract = []Script{
 	},
 	{
 		Name: SyncPasswords,
-		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (fast) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS and no peer answers a connection at all (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
+		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (immediate) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS, no peer answers a connection at all and the witness (the API server) accepts none (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
 		Env: []Var{
 			{Name: EnvPodName, Need: Required, Meaning: "the pod's name: its ordinal (0 applies the passwords) and its slot"},
 			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
@@ -231,7 +231,10 @@ var Contract = []Script{
 			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances}},
 			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
 			peerDomain,
-			{Name: "ISOLATION_FENCE", Need: Optional, Default: "off", Meaning: "on: a primary cut off from every peer stops itself (check_isolation); off until it tells a replaced standby's pod from a partition"},
+			{Name: "ISOLATION_FENCE", Need: Optional, Default: "on", Meaning: "off: no isolation fence (check_isolation); on: a primary cut off from every peer and from the witness stops itself"},
+			{Name: "ISOLATION_WITNESS", Need: Optional, Meaning: "HOST:PORT whose accepted connection says the control plane still hears this pod; unset: the API server's Service (KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT); empty: none, the peers alone decide"},
+			{Name: "KUBERNETES_SERVICE_HOST", Need: Optional, Meaning: "set by the kubelet in every container: the API server's Service address, the default witness"},
+			{Name: "KUBERNETES_SERVICE_PORT", Need: Optional, Meaning: "set by the kubelet in every container: its port"},
 			{Name: "ISOLATION_REPLY_SECONDS", Need: Optional, Default: "5", Meaning: "how old the freshest standby reply may be before a primary asks whether any peer answers at all"},
 			peerTimeout, peerHosts, peerOrds,
 			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},

@@ -33,8 +33,8 @@
 # another node. Fencing is elsewhere: the kubelet kills a hung primary
 # (FENCE_SECONDS above), the rw Service's selector moves to the promoted
 # pod, the old primary's readiness probe stops it when it sees the newer
-# timeline (probe.sh), and its entrypoint rejoins it as a standby. With
-# ISOLATION_FENCE=on, a primary alive but cut off from every peer stops
+# timeline (probe.sh), and its entrypoint rejoins it as a standby. A
+# primary alive but cut off from every peer and from the API server stops
 # itself (sync-passwords.sh check_isolation) before its pod turns unready.
 #
 # Environment: DATABASE (N), PRIMARY_ORDINAL (F, the lost primary),

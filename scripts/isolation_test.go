@@ -52,25 +52,50 @@ func blackhole(t *testing.T) string {
 	}
 }
 
-// TestIsolatedPrimaryStopsItself: a primary cut off from every peer (a
-// partition of its pod or node) stops postgres, whatever the durability:
+// listening is a loopback host:port that accepts every connection.
+func listening(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestIsolatedPrimaryStopsItself: a primary cut off from every peer and from
+// the API server (a partition of its pod or node) stops postgres, whatever
+// the durability:
 // a failover may promote a standby at any moment, and what it acknowledged
 // from then on would be lost and acknowledged by a deposed primary (S2, S3:
 // docs/failover.md "Invariants"). Its kubelet's liveness probe, inside the
 // pod, sees nothing wrong: the password sidecar's check_isolation is the
 // fence. Before it, the primary ran on, writable, for as long as the
 // partition lasted. It starts again only once a peer answers, and a
-// standby down (a refused connection) or a standby that replied recently
-// is no partition.
+// standby down (a refused connection), a standby that replied recently, or
+// peers silent while the API server answers (a roll) is no partition.
 func TestIsolatedPrimaryStopsItself(t *testing.T) {
 	t.Parallel()
 	c, p, s := newPair(t, "iso-db")
 	silent := blackhole(t)
 	refused := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	marker := filepath.Join(p.pgdata, "database.isolated")
-	sidecar := func(peers string) string {
+	// The witness (the API server, as the kubelet names it to every
+	// container) that answers: a listener that accepts.
+	witness := listening(t)
+	// The fence is on by default: no ISOLATION_FENCE here.
+	sidecar := func(peers, witness string) string {
 		t.Helper()
-		out, _ := c.script(time.Minute, append(p.env(), "SYNC_ONCE=1", "ISOLATION_FENCE=on", "PEER_TIMEOUT=1", "PEER_HOSTS="+peers), SyncPasswords)
+		out, _ := c.script(time.Minute, append(p.env(), "SYNC_ONCE=1", "PEER_TIMEOUT=1", "PEER_HOSTS="+peers, "ISOLATION_WITNESS="+witness), SyncPasswords)
 		return out
 	}
 	notFenced := func(t *testing.T, out string) {
@@ -88,19 +113,29 @@ func TestIsolatedPrimaryStopsItself(t *testing.T) {
 		// peers do not answer (a wrong PEER_HOSTS), and need not be asked.
 		c.appSQL(t, p, "CREATE TABLE iso (id int PRIMARY KEY)")
 		c.waitReplayed(t, p, s)
-		notFenced(t, sidecar(silent))
+		notFenced(t, sidecar(silent, silent))
 	})
 	s.stop(t)
 	t.Run("the standby is down, the network up", func(t *testing.T) {
 		// No standby streams, but a peer's address refuses the connection:
 		// that peer is down, not cut off; the primary stays writable (an
 		// async primary outlives its standbys).
-		notFenced(t, sidecar(silent+" "+refused))
+		notFenced(t, sidecar(silent+" "+refused, silent))
 		c.appSQL(t, p, "INSERT INTO iso VALUES (1)")
 	})
-	t.Run("cut off from every peer", func(t *testing.T) {
+	t.Run("every peer silent, the API server answers", func(t *testing.T) {
+		// A standby's pod being replaced in a roll: its old address still
+		// in DNS, answering nothing. The control plane still hears this
+		// pod, so nothing fails it over: no partition (before the witness,
+		// this stopped a healthy primary in CI).
+		notFenced(t, sidecar(silent+" "+silent, witness))
+		c.appSQL(t, p, "INSERT INTO iso VALUES (4)")
+	})
+	t.Run("cut off from every peer and the API server", func(t *testing.T) {
 		started := time.Now()
-		out := sidecar(silent + " " + silent)
+		// The witness refuses (a Service with no endpoint, from this
+		// node's proxy): no proof that the control plane hears this pod.
+		out := sidecar(silent+" "+silent, refused)
 		if !strings.Contains(out, "ISOLATED") {
 			t.Fatalf("no fence:\n%s", out)
 		}

@@ -319,6 +319,37 @@ network_reaches_a_peer() {
 	((peers == 0))
 }
 
+# isolation_witness: the HOST:PORT whose accepted connection tells a primary
+# that the control plane still hears it: ISOLATION_WITNESS when set (empty:
+# none), else the Kubernetes API server through its Service, as the kubelet
+# gives every container (KUBERNETES_SERVICE_HOST and _PORT, whatever
+# enableServiceLinks says). Prints nothing when there is none.
+isolation_witness() {
+	if [[ -n ${ISOLATION_WITNESS+set} ]]; then
+		[[ -z $ISOLATION_WITNESS ]] || printf '%s\n' "$ISOLATION_WITNESS"
+		return 0
+	fi
+	[[ -n ${KUBERNETES_SERVICE_HOST:-} && -n ${KUBERNETES_SERVICE_PORT:-} ]] || return 0
+	local host=$KUBERNETES_SERVICE_HOST
+	[[ $host == *:* ]] && host="[$host]"
+	printf '%s:%s\n' "$host" "$KUBERNETES_SERVICE_PORT"
+}
+
+# witness_answers: 0 when the isolation witness accepts a TCP connection
+# within PEER_TIMEOUT (default 2). Only an accepted connection counts: a
+# refusal comes from this node's Service proxy when the API server has no
+# endpoint, which says nothing about whether the control plane hears us.
+witness_answers() {
+	local w host
+	w=$(isolation_witness)
+	[[ -n $w ]] || return 1
+	host=${w%:*}
+	host=${host#[}
+	host=${host%]}
+	# shellcheck disable=SC2016 # expanded by the inner bash
+	LC_ALL=C timeout "${PEER_TIMEOUT:-2}" bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$host" "${w##*:}" 2>/dev/null
+}
+
 # newer_primary_peer TIMELINE: prints the host:port of a peer that answers
 # as a primary on a timeline above TIMELINE (and its timeline); fails when
 # none does. Peers that do not answer are not primaries as far as anyone can

@@ -15,7 +15,7 @@
 #   any instance: reloads the configuration when the function's
 #     postgresql.conf changed (reload_settings).
 #   primary with peers: stops postgres when it is cut off from every peer
-#     (check_isolation): the fence of a partition, which its kubelet's
+#     and from the API server (check_isolation): the fence of a partition, which its kubelet's
 #     liveness probe, running inside the pod, never sees.
 # Safe while postgres is not up yet: it just tries again next round.
 # Passwords never reach the server: the sidecar sends SCRAM verifiers computed
@@ -26,7 +26,9 @@
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
 # then exit with its status; for tests and debugging), PRIMARY_HOST and
 # PRIMARY_PORT (default 5432; standbys), SLOT_CHECK_ROUNDS (default 6),
-# ISOLATION_FENCE (on enables check_isolation; default off),
+# ISOLATION_FENCE (off disables check_isolation; default on),
+# ISOLATION_WITNESS (lib.sh isolation_witness; default the API server's
+# Service, KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT),
 # ISOLATION_REPLY_SECONDS (default 5), PEER_TIMEOUT (default 2), PEER_DOMAIN
 # and PEER_HOSTS / PEER_ORDINALS (lib.sh peer_hosts: the peers
 # check_isolation tries),
@@ -49,11 +51,12 @@ PRIMARY_HOST=${PRIMARY_HOST:-}
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
 SCRIPTS_DIR=${SCRIPTS_DIR:-$here}
 require_int PRIMARY_PORT 1
-# ISOLATION_FENCE=on enables check_isolation. Off by default: in CI a
-# standby's pod replaced during a roll looked like a partition (its old
-# address, still in DNS, no longer answering) and the primary stopped
-# itself (notes/issue-21.md).
-ISOLATION_FENCE=${ISOLATION_FENCE:-off}
+# ISOLATION_FENCE=off disables check_isolation (on by default). It was off
+# by default while the peers alone decided: in CI a standby's pod replaced
+# during a roll looked like a partition (its old address, still in DNS, no
+# longer answering) and the primary stopped itself; the witness (the API
+# server) tells the two apart (notes/issue-21.md).
+ISOLATION_FENCE=${ISOLATION_FENCE:-on}
 ISOLATION_REPLY_SECONDS=${ISOLATION_REPLY_SECONDS:-5}
 require_int ISOLATION_REPLY_SECONDS 1
 ordinal=$(pod_ordinal)
@@ -183,11 +186,17 @@ check_lost_slot() {
 }
 
 # check_isolation SUPERUSER: on a primary, 1 once it found itself cut off
-# from every peer and stopped postgres. Cut off: no standby replied over
-# replication within ISOLATION_REPLY_SECONDS, and no peer answers a TCP
-# connection at all (network_reaches_a_peer: a refused connection or an
-# unknown name is an answer, so a standby restarting or deleted is not a
-# partition). Such a primary may be failed over by the others at any moment,
+# from every peer and from the control plane, and stopped postgres. Cut
+# off: no standby replied over replication within ISOLATION_REPLY_SECONDS,
+# no peer answers a TCP connection at all (network_reaches_a_peer: a
+# refused connection or an unknown name is an answer, so a standby
+# restarting or deleted is not a partition), and the isolation witness (the
+# API server, lib.sh isolation_witness) accepts no connection: a pod that
+# cannot reach it may be marked unready with its node and failed over, a
+# pod that can is not. Where a policy forbids the pods to reach the API
+# server, the peers alone decide, and a primary whose every standby is
+# being replaced at once stops until one answers (README "Known limits").
+# Such a primary may be failed over by the others at any moment,
 # and with async replication every write it acknowledged from then on would
 # be lost, and acknowledged by a deposed primary: it stops (fast: every
 # session ends) and leaves ISOLATION_MARKER, and entrypoint.sh starts it
@@ -195,7 +204,7 @@ check_lost_slot() {
 # (synchronous_standby_names) would not do: a client cancelling its wait
 # (statement_timeout) gets its COMMIT acknowledged, committed locally only.
 # From the partition to the stop: ISOLATION_REPLY_SECONDS, a round
-# (SYNC_INTERVAL) and PEER_TIMEOUT, 12 s by default, inside the failover
+# (SYNC_INTERVAL) and twice PEER_TIMEOUT, 14 s by default, inside the failover
 # Job's fence (21 s), and before its pod turns unready, which is what starts
 # a failover at all.
 check_isolation() {
@@ -216,7 +225,15 @@ check_isolation() {
 		addrs+=("$a:$PGPORT")
 	done
 	network_reaches_a_peer "${addrs[@]}" && return 0
-	local why="no standby replied for ${ISOLATION_REPLY_SECONDS}s or more (last reply age: ${age/#-1/none}) and no peer answers a connection within ${PEER_TIMEOUT:-2}s"
+	# The control plane is the witness: while this pod reaches the API
+	# server, so does its kubelet, which reports it ready (its probes run
+	# inside the pod), and nothing starts a failover; a standby that is
+	# only being replaced (a roll: its old address in DNS a moment longer,
+	# answering nothing) is then no partition.
+	witness_answers && return 0
+	local witness
+	witness=$(isolation_witness)
+	local why="no standby replied for ${ISOLATION_REPLY_SECONDS}s or more (last reply age: ${age/#-1/none}), no peer answers a connection within ${PEER_TIMEOUT:-2}s, and the witness ${witness:-(none)} accepts none"
 	log "ISOLATED: $why: stopping postgres (immediate: every session ends at once) so that it acknowledges nothing a promoted standby would not have; it starts again once a peer answers"
 	printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$why" >"$PGDATA/$ISOLATION_MARKER"
 	sync "$PGDATA"
@@ -317,6 +334,20 @@ fi
 
 trap 'log "terminated"; exit 0' TERM INT
 log "watching the secret files every ${SYNC_INTERVAL}s (ordinal $ordinal)"
+# Said once, for the person on call: whether the isolation fence can tell a
+# partition from standbys that are only being replaced.
+if [[ $ISOLATION_FENCE == on ]]; then
+	witness=$(isolation_witness)
+	if [[ -z $witness ]]; then
+		log "isolation fence on, no witness: the peers alone decide (a primary whose every standby is silent stops as if partitioned)"
+	elif witness_answers; then
+		log "isolation fence on: witness $witness answers"
+	else
+		log "isolation fence on: witness $witness does not answer; while it does not, a primary whose every standby is silent stops as if partitioned"
+	fi
+else
+	log "isolation fence off (ISOLATION_FENCE=$ISOLATION_FENCE)"
+fi
 while :; do
 	sync_round || true
 	reload_settings || true
