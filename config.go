@@ -35,7 +35,16 @@ type config struct {
 	// Failover and FailoverGrace are the input's failover settings.
 	Failover      bool
 	FailoverGrace int32
+	// SpreadNodes is the input's spread.nodes: spreadRequired,
+	// spreadPreferred, or "" (unset: plan.go decides).
+	SpreadNodes string
 }
+
+// The values of the input's spread.nodes.
+const (
+	spreadRequired  = "Required"
+	spreadPreferred = "Preferred"
+)
 
 // configCache holds resolved inputs by their deterministic encoding: a
 // Composition's input is the same on every call, and resolving it (tiers,
@@ -113,6 +122,14 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 				errs = append(errs, field.Invalid(p.Child("failover", "graceSeconds"), *g, fmt.Sprintf("must be between 0 and %d seconds", maxFailoverGrace)))
 			}
 			cfg.FailoverGrace = *g
+		}
+	}
+	if sp := in.Spread; sp != nil {
+		switch sp.Nodes {
+		case "", spreadRequired, spreadPreferred:
+			cfg.SpreadNodes = sp.Nodes
+		default:
+			errs = append(errs, field.NotSupported(p.Child("spread", "nodes"), sp.Nodes, []string{spreadRequired, spreadPreferred}))
 		}
 	}
 	errs = append(errs, validateRepository(p.Child("image"), cfg.Image)...)

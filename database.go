@@ -140,6 +140,8 @@ type database struct {
 	// Failover and FailoverGrace come from the function input.
 	Failover      bool
 	FailoverGrace int32
+	// SpreadNodes is the input's spread.nodes ("" unset; plan.go).
+	SpreadNodes string
 
 	Image             string
 	Images            map[string]string
@@ -202,6 +204,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		AllowedNamespaces: cfg.AllowedNamespaces,
 		Failover:          cfg.Failover,
 		FailoverGrace:     cfg.FailoverGrace,
+		SpreadNodes:       cfg.SpreadNodes,
 	}
 
 	// A legacy XR is cluster scoped: its claim's name and namespace are the

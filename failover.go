@@ -103,6 +103,9 @@ type instancePods struct {
 	// Fence is, by pod name, how long after its postgres stops answering
 	// the kubelet has killed it (fenceSeconds of its own liveness probe).
 	Fence map[string]int64
+	// Unschedulable is, by pod name, why the scheduler placed it on no
+	// node (its PodScheduled condition's message).
+	Unschedulable map[string]string
 }
 
 // failoverOutcome is the failover Job's termination message, as its pod
@@ -221,8 +224,9 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 	// before the StatefulSet exists (no pod can), nor while its status
 	// counts every instance ready (nothing to fail over; a switchover needs
 	// no more), so that a healthy Database, or a new one, costs Crossplane
-	// one call per reconcile, not two.
-	if replicas > 1 && db.Failover && o.StatefulSet != nil && !o.Instances.FromStatus {
+	// one call per reconcile, not two. With failover off they still tell
+	// whether every instance found a node (the Scheduled condition).
+	if replicas > 1 && o.StatefulSet != nil && !o.Instances.FromStatus {
 		if fp.Require == nil {
 			fp.Require = map[string]*fnv1.ResourceSelector{}
 		}
@@ -545,7 +549,7 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 	if !ok {
 		return instancePods{}
 	}
-	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}}
+	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}}
 	for _, r := range rs.GetItems() {
 		pod := r.GetResource()
 		name := stringAt(pod, "metadata", "name")
@@ -557,8 +561,13 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 		}
 		for _, c := range structAt(pod, "status").GetFields()["conditions"].GetListValue().GetValues() {
 			cs := c.GetStructValue()
-			if stringAt(cs, "type") == string(corev1.PodReady) {
+			switch stringAt(cs, "type") {
+			case string(corev1.PodReady):
 				out.Ready[name] = stringAt(cs, "status") == string(corev1.ConditionTrue)
+			case string(corev1.PodScheduled):
+				if stringAt(cs, "status") == string(corev1.ConditionFalse) && stringAt(cs, "reason") == corev1.PodReasonUnschedulable {
+					out.Unschedulable[name] = stringAt(cs, "message")
+				}
 			}
 		}
 	}

@@ -83,7 +83,11 @@ var (
 		"spec": {
 			"replicas":            nil,
 			"podManagementPolicy": nil,
-			"template":            {"spec": {"containers": {"name": nil, "image": nil}}},
+			"template": {"spec": {
+				"containers": {"name": nil, "image": nil},
+				// plan.SpreadRequired: whether it requires a node each.
+				"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"topologyKey": nil}}},
+			}},
 			"volumeClaimTemplates": {
 				"metadata": {"name": nil},
 				"spec":     {"resources": nil, "storageClassName": nil},

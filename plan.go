@@ -44,6 +44,10 @@ type plan struct {
 	// creation, then exactly the observed one (the API server rejects a
 	// change): see statefulset.go.
 	PodManagement appsv1.PodManagementPolicyType
+	// SpreadRequired: no two instances on one node (spreadInstances). The
+	// input's spread.nodes; unset, true at creation, then what the observed
+	// pod template has.
+	SpreadRequired bool
 	// Initialized is true once the StatefulSet has been ready: the database
 	// exists and its data must never be replaced by an empty initdb.
 	Initialized bool
@@ -66,6 +70,7 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	if sts != nil && sts.Spec.PodManagementPolicy != "" {
 		p.PodManagement = sts.Spec.PodManagementPolicy
 	}
+	p.SpreadRequired = spreadRequiredOf(db, sts)
 	primary, invalid := observedPrimary(db, o)
 	p.Primary = primary
 	p.Replicas = db.Tier.Replicas
@@ -184,4 +189,29 @@ func initialized(o *observed) bool {
 		return true
 	}
 	return o.StatefulSet != nil && o.StatefulSet.Status.ReadyReplicas > 0
+}
+
+// spreadRequiredOf decides whether instances must each have a node of their
+// own. The input decides when it says; otherwise a new Database requires
+// it, and one that exists keeps what its pod template has: a Database
+// created before (instances spread only by preference, perhaps sharing a
+// node and that node's local volumes) would otherwise roll into pods that no
+// node can take.
+func spreadRequiredOf(db *database, sts *appsv1.StatefulSet) bool {
+	switch {
+	case db.SpreadNodes != "":
+		return db.SpreadNodes == spreadRequired
+	case sts == nil:
+		return true
+	}
+	a := sts.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil {
+		return false
+	}
+	for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.TopologyKey == corev1.LabelHostname {
+			return true
+		}
+	}
+	return false
 }

@@ -74,7 +74,8 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 					ShareProcessNamespace: ptr.To(true),
 					// PostgreSQL's fast shutdown needs time to checkpoint.
 					TerminationGracePeriodSeconds: ptr.To[int64](60),
-					Affinity:                      spreadInstances(db),
+					Affinity:                      spreadInstances(db, p.SpreadRequired),
+					TopologySpreadConstraints:     spreadZones(db),
 					Containers:                    []corev1.Container{postgresContainer(db, p), passwordSyncContainer(db, p)},
 					Volumes:                       instanceVolumes(db),
 				}),
@@ -99,18 +100,36 @@ func volumeClaimTemplate(name string, size resource.Quantity, class string) core
 	return t
 }
 
-// spreadInstances prefers one instance per node: a standby on the primary's
-// node does not survive that node. Preferred, not required, so that a small
-// cluster still runs every instance.
-func spreadInstances(db *database) *corev1.Affinity {
+// spreadInstances keeps one instance per node: a standby on the primary's
+// node does not survive that node. Required (plan.SpreadRequired): an
+// instance no node can take stays Pending, and the Scheduled condition says
+// so; preferred: a cluster with fewer nodes than instances still runs them
+// all, sharing nodes.
+func spreadInstances(db *database, required bool) *corev1.Affinity {
+	term := corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+		TopologyKey:   corev1.LabelHostname,
+	}
+	if required {
+		return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term},
+		}}
+	}
 	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
-				TopologyKey:   corev1.LabelHostname,
-			},
-		}},
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: term}},
+	}}
+}
+
+// spreadZones spreads the instances over zones as evenly as the scheduler
+// can, never more: a zone's loss then takes as few instances as the cluster
+// allows. ScheduleAnyway, because a cluster may have one zone, or nodes
+// without the label; the volumes' own zones constrain a pod anyway.
+func spreadZones(db *database) []corev1.TopologySpreadConstraint {
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelTopologyZone,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
 	}}
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestDeletionPolicy(t *testing.T) {
@@ -61,6 +63,62 @@ func TestPodManagementPolicy(t *testing.T) {
 			}
 			if got := desiredSTS(t, runTest(t, req)).Spec.PodManagementPolicy; got != tc.want {
 				t.Errorf("podManagementPolicy %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSpreadInstances: a new Database requires a node per instance, so that
+// losing a node loses one instance at most; the input can relax it for a
+// cluster with fewer nodes. A Database that exists keeps the placement its
+// pods run with unless the input says otherwise: an upgrade of the function
+// must not roll instances that share a node (and its local volumes) into
+// pods no node can take. Zones are always preferred, never required.
+func TestSpreadInstances(t *testing.T) {
+	const (
+		required  = "required"
+		preferred = "preferred"
+	)
+	for name, tc := range map[string]struct {
+		input    string // the input's spread.nodes, "" unset
+		observed string // the observed pod template's, "" no StatefulSet
+		want     string
+	}{
+		"New":                        {"", "", required},
+		"NewPreferredByInput":        {spreadPreferred, "", preferred},
+		"ExistingRequired":           {"", required, required},
+		"ExistingPreferredKeepsIt":   {"", preferred, preferred},
+		"ExistingPreferredInputSays": {spreadRequired, preferred, required},
+		"ExistingRequiredInputSays":  {spreadPreferred, required, preferred},
+	} {
+		t.Run(name, func(t *testing.T) {
+			input := "apiVersion: database.fn.example.com/v1beta1\nkind: Input\n"
+			if tc.input != "" {
+				input += "spread: {nodes: " + tc.input + "}\n"
+			}
+			req := xrRequest(yamlStruct(t, validXR), yamlStruct(t, input))
+			setSpec(t, req, `{version: "16", size: large}`)
+			if tc.observed != "" {
+				req.Input = nil
+				rsp := runTest(t, req)
+				feedBack(t, req, rsp, true)
+				sts := decodeInto[appsv1.StatefulSet](t, req.Observed.Resources[string(rnStatefulSet)].GetResource())
+				sts.Spec.Template.Spec.Affinity = spreadInstances(testDB(), tc.observed == required)
+				req.Observed.Resources[string(rnStatefulSet)] = encodeObserved(t, sts)
+				req.Input = yamlStruct(t, input)
+			}
+			spec := desiredSTS(t, runTest(t, req)).Spec.Template.Spec
+			anti := spec.Affinity.PodAntiAffinity
+			got := map[bool]string{true: required, false: preferred}[len(anti.RequiredDuringSchedulingIgnoredDuringExecution) > 0]
+			if got != tc.want || len(anti.RequiredDuringSchedulingIgnoredDuringExecution)+len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+				t.Fatalf("anti-affinity %+v, want %s only", anti, tc.want)
+			}
+			zones := []corev1.TopologySpreadConstraint{{
+				MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders"}},
+			}}
+			if d := cmp.Diff(zones, spec.TopologySpreadConstraints); d != "" {
+				t.Errorf("topology spread (-want +got):\n%s", d)
 			}
 		})
 	}

@@ -27,6 +27,7 @@ const (
 	condSpecApplied   = "SpecApplied"
 	condRestored      = "Restored"
 	condWritable      = "Writable"
+	condScheduled     = "Scheduled"
 )
 
 // dbStatus is the status the function writes to the XR (README: The API),
@@ -139,7 +140,39 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	if c, ok := writableCondition(db, p, o); ok {
 		out = append(out, c)
 	}
+	if c, ok := scheduledCondition(db, p, o); ok {
+		out = append(out, c)
+	}
 	return out
+}
+
+// scheduledCondition says whether every instance found a node, and names
+// those the scheduler placed nowhere with its reason and the way out: with
+// spread Required (the default), fewer nodes than instances leaves some
+// Pending, which must not look like a slow start. Only for several
+// instances, and only when their pods were read or the StatefulSet counts
+// them all ready.
+func scheduledCondition(db *database, p *plan, o *observed) (condition, bool) {
+	if p.Replicas < 2 || !o.Instances.Resolved {
+		return condition{}, false
+	}
+	var pending []string
+	for k := range int(p.Replicas) {
+		if msg, ok := o.Instances.Unschedulable[podName(db, k)]; ok {
+			pending = append(pending, fmt.Sprintf("%s (%s)", podName(db, k), strings.TrimSpace(msg)))
+		}
+	}
+	if len(pending) > 0 {
+		msg := fmt.Sprintf("no node takes %s", strings.Join(pending, "; "))
+		if p.SpreadRequired {
+			msg += fmt.Sprintf(". Spread is Required: each of the %d instances needs a node of its own (a node's loss then takes one instance at most). Add nodes, or set spread.nodes: Preferred in the function input to let instances share one", p.Replicas)
+		}
+		return condition{condScheduled, fnv1.Status_STATUS_CONDITION_FALSE, "InstanceUnschedulable", msg}, true
+	}
+	if p.SpreadRequired {
+		return condition{condScheduled, fnv1.Status_STATUS_CONDITION_TRUE, "OneNodeEach", "every instance is on a node of its own (spread Required)"}, true
+	}
+	return condition{condScheduled, fnv1.Status_STATUS_CONDITION_TRUE, "MayShareNodes", "every instance has a node; spread is Preferred, so instances may share one, and a node's loss can take a primary and its standby together"}, true
 }
 
 // writableCondition: with durability sync a commit returns only once a

@@ -96,3 +96,72 @@ func TestWritableCondition(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduledCondition: an instance no node takes (spread Required with
+// fewer nodes than instances) is a condition naming it, the scheduler's
+// reason and the way out, never a silent Pending; placed instances say how
+// they are spread.
+func TestScheduledCondition(t *testing.T) {
+	const why = "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+	unschedulable := yamlStruct(t, `
+apiVersion: v1
+kind: Pod
+metadata:
+  name: analytics-2
+  namespace: data
+  labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: analytics, app.kubernetes.io/component: database, statefulset.kubernetes.io/pod-name: analytics-2}
+status:
+  phase: Pending
+  conditions: [{type: PodScheduled, status: "False", reason: Unschedulable, message: "`+why+`"}]
+`)
+	cases := map[string]struct {
+		spread string // the input's spread.nodes
+		pods   []*structpb.Struct
+		want   string // status/reason, "" for no condition
+		says   []string
+	}{
+		"EveryInstanceOnItsNode": {"", nil, "STATUS_CONDITION_TRUE/OneNodeEach", []string{"a node of its own"}},
+		"FewerNodesThanInstances": {"", append(instancePodsReady(t, true, true), unschedulable), "STATUS_CONDITION_FALSE/InstanceUnschedulable",
+			[]string{"analytics-2 (" + why + ")", "3 instances", "spread.nodes: Preferred"}},
+		"PreferredPlaced": {spreadPreferred, nil, "STATUS_CONDITION_TRUE/MayShareNodes", []string{"may share"}},
+		"PreferredUnschedulable": {spreadPreferred, append(instancePodsReady(t, true, true), unschedulable), "STATUS_CONDITION_FALSE/InstanceUnschedulable",
+			[]string{"analytics-2 (" + why + ")"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			if tc.spread != "" {
+				structAt(req.Input).Fields["spread"] = structpb.NewStructValue(yamlStruct(t, "nodes: "+tc.spread))
+			}
+			cluster := append([]*structpb.Struct{}, exampleCluster(t)...)
+			if tc.pods == nil {
+				cluster = append(cluster, instancePodsOf(t, req)...)
+			} else {
+				cluster = append(cluster, tc.pods...)
+			}
+			c := conditionOf(runTestIn(t, req, cluster), condScheduled)
+			got := ""
+			if c != nil {
+				got = c.GetStatus().String() + "/" + c.GetReason()
+			}
+			if got != tc.want {
+				t.Fatalf("Scheduled %q, want %q (%s)", got, tc.want, c.GetMessage())
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(c.GetMessage(), s) {
+					t.Errorf("the condition does not say %q: %s", s, c.GetMessage())
+				}
+			}
+			if tc.spread == spreadPreferred && strings.Contains(c.GetMessage(), "spread.nodes: Preferred") {
+				t.Errorf("advises Preferred when it is already: %s", c.GetMessage())
+			}
+		})
+	}
+	t.Run("OneInstance", func(t *testing.T) {
+		req := xrRequest(yamlStruct(t, validXR), nil)
+		setSpec(t, req, `{version: "16", size: small}`)
+		if c := conditionOf(runTest(t, req), condScheduled); c != nil {
+			t.Errorf("Scheduled for one instance: %v", c)
+		}
+	})
+}

@@ -22,8 +22,9 @@ import (
 )
 
 const (
-	nodeName = "kwok-node-0"
-	k8sStop  = 10 * time.Second
+	k8sStop = 10 * time.Second
+	// kwokPairLabel marks two of the three kwok nodes (kwokNode).
+	kwokPairLabel = "e2e.function-database/pair"
 )
 
 // cluster is the control plane: etcd, kube-apiserver, kube-controller-manager,
@@ -210,38 +211,69 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		}
 	}
 
-	// One fake node for kwok to run the pods on.
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        nodeName,
-			Labels:      map[string]string{"kubernetes.io/hostname": nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"},
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-		},
+	// Fake nodes for kwok to run the pods on, one per zone, so that
+	// instances required on nodes of their own (spread, the default) have
+	// them. Two carry kwokPairLabel: a namespace that selects it (the
+	// PodNodeSelector admission plugin) has fewer nodes than a large
+	// Database has instances.
+	for i, zone := range []string{"zone-a", "zone-b", "zone-c"} {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		if err := c.kwokNode(ctx, name, zone, i < 2); err != nil {
+			return c, err
+		}
 	}
+	// The default ServiceAccount is what the StatefulSet's pods need to be
+	// admitted: wait for KCM's service account controller to be running.
+	if err := retry(ctx, 60*time.Second, func() error {
+		_, err := c.kube.cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return c, fmt.Errorf("kube-controller-manager not working (no default ServiceAccount): %w", err)
+	}
+	logf("controller-manager, scheduler, kwok up; nodes Ready (%s)", time.Since(t0).Round(time.Millisecond))
+
+	pctx, cancel := context.WithCancel(context.Background())
+	c.provStop, c.provDone = cancel, make(chan struct{})
+	go c.provision(pctx)
+	return c, nil
+}
+
+// kwokNode registers a fake node in zone for kwok to run pods on, and waits
+// until kwok reports it Ready; pair adds kwokPairLabel.
+func (c *cluster) kwokNode(ctx context.Context, name, zone string, pair bool) error {
+	labels := map[string]string{
+		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok",
+		corev1.LabelTopologyZone: zone,
+	}
+	if pair {
+		labels[kwokPairLabel] = "true"
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        name,
+		Labels:      labels,
+		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+	}}
 	if _, err := c.kube.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		return c, fmt.Errorf("create node: %w", err)
+		return fmt.Errorf("create node %s: %w", name, err)
 	}
-	node.Status = corev1.NodeStatus{
-		Capacity: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("64"),
-			corev1.ResourceMemory: resource.MustParse("256Gi"),
-			corev1.ResourcePods:   resource.MustParse("110"),
-		},
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
 	}
-	node.Status.Allocatable = node.Status.Capacity
 	if err := retry(ctx, 10*time.Second, func() error {
-		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		n.Status.Capacity, n.Status.Allocatable = node.Status.Capacity, node.Status.Allocatable
+		n.Status.Capacity, n.Status.Allocatable = capacity, capacity
 		_, err = c.kube.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
-		return c, fmt.Errorf("node status: %w", err)
+		return fmt.Errorf("node %s status: %w", name, err)
 	}
-	if err := retry(ctx, 60*time.Second, func() error {
-		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	return retry(ctx, 60*time.Second, func() error {
+		n, err := c.kube.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -255,24 +287,8 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 				return fmt.Errorf("%s exited: %w", p.name, err)
 			}
 		}
-		return fmt.Errorf("node %s not Ready (kwok)", nodeName)
-	}); err != nil {
-		return c, err
-	}
-	// The default ServiceAccount is what the StatefulSet's pods need to be
-	// admitted: wait for KCM's service account controller to be running.
-	if err := retry(ctx, 60*time.Second, func() error {
-		_, err := c.kube.cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err
-	}); err != nil {
-		return c, fmt.Errorf("kube-controller-manager not working (no default ServiceAccount): %w", err)
-	}
-	logf("controller-manager, scheduler, kwok up; node %s Ready (%s)", nodeName, time.Since(t0).Round(time.Millisecond))
-
-	pctx, cancel := context.WithCancel(context.Background())
-	c.provStop, c.provDone = cancel, make(chan struct{})
-	go c.provision(pctx)
-	return c, nil
+		return fmt.Errorf("node %s not Ready (kwok)", name)
+	})
 }
 
 // stop stops every process by PID, in reverse order of start.

@@ -336,6 +336,7 @@ func TestDatabase(t *testing.T) {
 	s.step(t, "NoChurn", s.testNoChurn)
 	s.step(t, "PasswordStable", s.testPasswordStable)
 	s.step(t, "Scale", s.testScale)
+	s.step(t, "Spread", s.testSpread)
 	s.step(t, "Backup", s.testBackup)
 	s.step(t, "Restore", s.testRestore)
 	s.step(t, "MajorDowngrade", s.testDowngrade)
@@ -751,6 +752,93 @@ func (s *suite) testScale(t *testing.T) {
 		return int64(ptrInt(last.Spec.Replicas)) == orders.replicas, fmt.Sprintf("replicas %d", ptrInt(last.Spec.Replicas))
 	})
 	s.waitReady(t, d)
+}
+
+// Spread: a large Database's three instances each get a node of their own
+// and a zone of their own (the kwok plane has three nodes in three zones);
+// in a namespace whose pods may use only two of them (PodNodeSelector), the
+// third instance stays Pending and the Database's Scheduled condition names
+// it, the scheduler's reason and the way out; sized down to two instances it
+// is placed again.
+func (s *suite) testSpread(t *testing.T) {
+	ctx := context.Background()
+	nodesOf := func(ns, db string) map[string]string {
+		pods, err := s.k.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",statefulset.kubernetes.io/pod-name"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, p := range pods.Items {
+			out[p.Name] = p.Spec.NodeName
+		}
+		return out
+	}
+	distinct := func(m map[string]string) int {
+		seen := map[string]bool{}
+		for _, n := range m {
+			if n != "" {
+				seen[n] = true
+			}
+		}
+		return len(seen)
+	}
+
+	const wide, narrow = "spread-wide", "spread-two-nodes"
+	s.ensureNamespace(t, wide)
+	w := newDatabase(t, "spread", map[string]any{"size": "large"})
+	w.SetNamespace(wide)
+	d := s.create(t, w)
+	defer func() { _ = s.k.delete(ctx, d.gvk, d.ns, d.name) }()
+	s.waitReady(t, d)
+	eventually(t, syncWait, "three instances on three nodes", func() (bool, string) {
+		m := nodesOf(wide, "spread")
+		return len(m) == 3 && distinct(m) == 3, fmt.Sprint(m)
+	})
+	zones := map[string]bool{}
+	for _, n := range nodesOf(wide, "spread") {
+		node, err := s.k.cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zones[node.Labels[corev1.LabelTopologyZone]] = true
+	}
+	if len(zones) != 3 {
+		t.Errorf("the instances are in zones %v, want three", zones)
+	}
+	if c := getCondition(d.get(t), "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
+		t.Errorf("Scheduled %s/%s: %s", c.Status, c.Reason, c.Message)
+	}
+
+	if _, err := s.k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:        narrow,
+		Annotations: map[string]string{"scheduler.alpha.kubernetes.io/node-selector": kwokPairLabel + "=true"},
+	}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	n := newDatabase(t, "crowded", map[string]any{"size": "large"})
+	n.SetNamespace(narrow)
+	c := s.create(t, n)
+	defer func() { _ = s.k.delete(ctx, c.gvk, c.ns, c.name) }()
+	var cond condition
+	eventually(t, syncWait, "the Scheduled condition naming the instance no node takes", func() (bool, string) {
+		cond = getCondition(c.get(t), "Scheduled")
+		return cond.Status == "False" && cond.Reason == "InstanceUnschedulable", fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, nodesOf(narrow, "crowded"))
+	})
+	t.Logf("Scheduled=False: %s", cond.Message)
+	for _, want := range []string{"crowded-", "anti-affinity", "spread.nodes: Preferred"} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("the condition does not say %q: %s", want, cond.Message)
+		}
+	}
+	if m := nodesOf(narrow, "crowded"); distinct(m) != 2 {
+		t.Errorf("the two placed instances are on %v, want two nodes", m)
+	}
+	u := c.patch(t, `{"spec":{"size":"medium"}}`)
+	s.waitSynced(t, c, u.GetGeneration())
+	eventually(t, syncWait, "two instances placed, Scheduled again", func() (bool, string) {
+		cond = getCondition(c.get(t), "Scheduled")
+		return cond.Status == "True", fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, nodesOf(narrow, "crowded"))
+	})
 }
 
 func equalResources(a, b corev1.ResourceRequirements) bool {

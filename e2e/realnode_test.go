@@ -99,6 +99,10 @@ func (s *suite) applyRealComposition(ctx context.Context) error {
 		tiers[size] = small
 	}
 	input["tiers"] = tiers
+	// One real node: its instances share it, as a platform with fewer
+	// nodes than instances says in its input (the kwok plane has three
+	// nodes and keeps the default, Required).
+	input["spread"] = map[string]any{"nodes": "Preferred"}
 	step["input"] = input
 	steps[0] = step
 	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {

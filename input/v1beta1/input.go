@@ -65,6 +65,30 @@ type Input struct {
 	// Failover controls the automatic failover of Databases with standbys.
 	// +optional
 	Failover *Failover `json:"failover,omitempty"`
+
+	// Spread controls where a Database's instances run relative to each
+	// other.
+	// +optional
+	Spread *Spread `json:"spread,omitempty"`
+}
+
+// Spread is how a Database's instances are placed on nodes and zones.
+type Spread struct {
+	// Nodes is how strictly instances keep to a node each. Required: no two
+	// instances of a Database on one node, so that losing a node loses one
+	// instance at most; an instance no node can take stays Pending, and the
+	// Database's Scheduled condition says which and why. Preferred: a node
+	// each when the scheduler can, shared otherwise (a cluster with fewer
+	// nodes than instances, such as one node for development), where a
+	// node's loss can take a primary and its standby together. Unset: Required
+	// for a new Database; one that exists keeps what it runs with (a
+	// Database created by an earlier version, whose instances may share a
+	// node and a node's local volume, is not made unschedulable by an
+	// upgrade). Across zones (topology.kubernetes.io/zone) instances are
+	// always spread as evenly as the scheduler can, never required.
+	// +kubebuilder:validation:Enum=Required;Preferred
+	// +optional
+	Nodes string `json:"nodes,omitempty"`
 }
 
 // Failover is how a lost primary is replaced (docs/failover.md).
