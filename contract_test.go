@@ -442,7 +442,7 @@ func contractMarkdown(runs []scriptRun) string {
 		}
 	}
 	p("\n## Elsewhere\n\n")
-	p("What the function composes, with every name and key: the README (\"What gets composed\") and\n")
+	p("What the function composes, with every name and key: `docs/composed.md` and\n")
 	p("`names.go`. The function's flags: `main.go` (`--help`). The examples: `example/` (README, \"Install\").\n")
 	p("How the failover Job is started and read back: `docs/failover.md`.\n")
 	return b.String()

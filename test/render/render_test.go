@@ -482,32 +482,89 @@ func maskPasswords(doc string) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestReadmeSample: the StatefulSet the README shows under "A real render"
-// is the one the real CLI renders for example/xr.yaml (its golden file), so
-// the README cannot drift from the function. It needs no tools: it reads
-// the golden, which TestRender checks against the CLI.
-func TestReadmeSample(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestDocSample: the render docs/composed.md shows under "A real render" (the
+// StatefulSet of example/xr.yaml, then the Database as it runs, from
+// example/observed/) is the one the real CLI renders (its golden files), and
+// the status lines the README quotes under "What the render shows" are lines
+// of that Database in order, so neither page can drift from the function. It
+// needs no tools: it reads the goldens, which TestRender checks against the
+// CLI.
+func TestDocSample(t *testing.T) {
+	const doc = "docs/composed.md"
+	blocks := yamlBlocks(t, doc, "## A real render")
+	if len(blocks) < 2 {
+		t.Fatalf(`%s's "## A real render" section has %d yaml blocks, want the StatefulSet and the running Database`, doc, len(blocks))
+	}
+	sts := goldenDoc(t, "xr", "apps/v1", "StatefulSet")
+	if d := cmp.Diff(sts, blocks[0]); d != "" {
+		t.Errorf("%s's sample StatefulSet differs from the render of example/xr.yaml (-render +doc); copy it from %s:\n%s", doc, filepath.Join("test", "render", goldenPath("xr")), d)
+	}
+	xr := goldenDoc(t, "xr-observed", "example.com/v1", "Database")
+	if d := cmp.Diff(xr, blocks[1]); d != "" {
+		t.Errorf("%s's running Database differs from the render of example/xr.yaml with example/observed (-render +doc); copy it from %s:\n%s", doc, filepath.Join("test", "render", goldenPath("xr-observed")), d)
+	}
+
+	quoted := yamlBlocks(t, "README.md", "### What the render shows")
+	if len(quoted) == 0 {
+		t.Fatal(`README.md's "### What the render shows" has no yaml block`)
+	}
+	rest := strings.Split(xr, "\n")
+	for _, line := range strings.Split(strings.TrimSuffix(quoted[0], "\n"), "\n") {
+		i := slices.Index(rest, line)
+		if i < 0 {
+			t.Errorf("README.md quotes %q under \"What the render shows\": not a line of the running Database in %s (or out of order)", line, filepath.Join("test", "render", goldenPath("xr-observed")))
+			continue
+		}
+		rest = rest[i+1:]
+	}
+}
+
+// yamlBlocks returns the yaml blocks of the section of the repository's file
+// that starts at the line heading, up to the next heading of its level or
+// above.
+func yamlBlocks(t *testing.T, file, heading string) []string {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join("..", "..", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "### A real render")
-	_, sample, ok2 := strings.Cut(section, "```yaml\n")
-	sample, _, ok3 := strings.Cut(sample, "```")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal(`README.md has no "### A real render" section with a yaml block`)
+	_, section, ok := strings.Cut(string(text), "\n"+heading)
+	if !ok {
+		t.Fatalf("%s has no %q section", file, heading)
 	}
-	golden, err := os.ReadFile(goldenPath("xr"))
+	level := heading[:strings.Index(heading, " ")+1] // "## "
+	for h := "# "; len(h) <= len(level); h = "#" + h {
+		if before, _, found := strings.Cut(section, "\n"+h); found {
+			section = before
+		}
+	}
+	var blocks []string
+	for {
+		_, after, found := strings.Cut(section, "```yaml\n")
+		if !found {
+			return blocks
+		}
+		block, rest, closed := strings.Cut(after, "```")
+		if !closed {
+			t.Fatalf("%s: an unclosed yaml block in %q", file, heading)
+		}
+		blocks = append(blocks, block)
+		section = rest
+	}
+}
+
+// goldenDoc is the document of the given apiVersion and kind in a golden render.
+func goldenDoc(t *testing.T, name, apiVersion, kind string) string {
+	t.Helper()
+	golden, err := os.ReadFile(goldenPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, doc := range documents(golden) {
-		if hasLine(doc, "kind: StatefulSet") && hasLine(doc, "apiVersion: apps/v1") {
-			if d := cmp.Diff(doc, sample); d != "" {
-				t.Errorf("README.md's sample StatefulSet differs from the render of example/xr.yaml (-render +README); copy it from test/render/testdata/xr.yaml:\n%s", d)
-			}
-			return
+		if hasLine(doc, "kind: "+kind) && hasLine(doc, "apiVersion: "+apiVersion) {
+			return doc
 		}
 	}
-	t.Fatal("no StatefulSet in the golden render of example/xr.yaml")
+	t.Fatalf("no %s %s in the golden render %s", apiVersion, kind, goldenPath(name))
+	return ""
 }
