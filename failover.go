@@ -60,7 +60,12 @@ const (
 	reasonOldTimeline      = "OldTimelineRefused"
 	reasonPrimaryInvalid   = "PrimaryOrdinalInvalid"
 	reasonFailoverHeld     = "Held"
+	// reasonPrimaryFound: a Job started for an instance that was never the
+	// primary (the ConfigMap's key edited) found the primary on the last
+	// recorded timeline; nothing was promoted.
+	reasonPrimaryFound     = "PrimaryFound"
 	failoverResultPromoted = "promoted"
+	failoverResultFound    = "found"
 	failoverResultNotNeed  = "not-needed"
 	// failoverResultHeld: the Job found no standby it may promote without
 	// losing acknowledged writes (durability sync and a standby silent,
@@ -257,6 +262,25 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			fp.Job = frozen
 			fp.Record.Count = count + 1
 			promoted := out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from
+			if out.Result == failoverResultFound && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from {
+				if known := knownTimeline(fp.Record, job); out.Timeline != known {
+					// Found only ever names the primary on the last
+					// recorded timeline: anything else is no such primary.
+					fp.Condition = oldTimeline(db, frozen.Name, from, out, known)
+					fp.Warnings = append(fp.Warnings, warning{reasonOldTimeline, fp.Condition.Message})
+					return fp
+				}
+				fp.Primary = out.To
+				fp.Record.Last = &failoverEvent{
+					From: podName(db, from), To: podName(db, out.To), Reason: reasonPrimaryFound,
+					Time: job.Status.CompletionTime, Timeline: out.Timeline, LSN: out.LSN,
+				}
+				msg := fmt.Sprintf("failover Job %s found %s answering as a standby and %s as the primary on timeline %d, the last recorded one: %s was named the primary wrongly (key %s of ConfigMap %s edited?); the primary is %s again, nothing was promoted. The function owns key %s: do not edit it",
+					frozen.Name, podName(db, from), podName(db, out.To), out.Timeline, podName(db, from), keyPrimary, scriptsName(db), podName(db, out.To), keyPrimary)
+				fp.Warnings = append(fp.Warnings, warning{reasonPrimaryFound, msg})
+				fp.Condition = failoverIdle(db, fp)
+				return fp
+			}
 			if known := knownTimeline(fp.Record, job); promoted && out.Timeline <= known {
 				// Recorded as a run (the Job is dropped once read back, and
 				// a new one starts while the primary is not ready), but

@@ -894,3 +894,65 @@ func TestInstancesAskedOnlyWhenNeeded(t *testing.T) {
 		t.Errorf("with the status counting every instance ready: requirements %v, failover Job %v; want neither", rsp.GetRequirements(), rsp.GetDesired().GetResources()[string(rnFailover)] != nil)
 	}
 }
+
+// TestFailoverOutcomeFound: the ConfigMap's primary key edited to a
+// standby's ordinal names the wrong instance; once it is not ready the Job
+// finds it answering as a standby and the real primary on the last recorded
+// timeline, and reports "found" instead of promoting a standby past a live
+// primary. The function makes that primary the primary again, warns, and
+// records it; a "found" on any other timeline names no such primary and is
+// refused.
+func TestFailoverOutcomeFound(t *testing.T) {
+	for name, tc := range map[string]struct {
+		outcome  string
+		want     failoverState
+		warnings []string
+		lastWhy  string
+	}{
+		"LastTimeline": {
+			outcome: `{"result":"found","from":1,"to":0,"timeline":1,"lsn":"0/3000100","reason":"ordinal 1 answers as a standby"}`,
+			want: failoverState{Job: true, JobFrom: "1", Primary: "0", Selector: "analytics-0", Status: "analytics-0", Count: 1, LastTo: "analytics-0",
+				Condition: "STATUS_CONDITION_FALSE/PrimaryReady", Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}},
+			warnings: []string{reasonPrimaryFound}, lastWhy: reasonPrimaryFound,
+		},
+		"OtherTimeline": {
+			outcome: `{"result":"found","from":1,"to":0,"timeline":2,"lsn":"0/3000100","reason":"ordinal 1 answers as a standby"}`,
+			want: failoverState{Job: true, JobFrom: "1", Primary: "1", Selector: "analytics-1", Status: "analytics-1", Count: 1,
+				Condition: "STATUS_CONDITION_FALSE/" + reasonOldTimeline, Replicas: 3, Requires: []string{requirementFailoverPods, requirementInstances}},
+			warnings: []string{reasonOldTimeline},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			setObservedPrimary(req, "1") // the key edited: analytics-1 is a standby
+			cluster := append(append([]*structpb.Struct{}, exampleCluster(t)...), instancePodsReady(t, true, false, true)...)
+			rsp := runTestIn(t, req, cluster)
+			if got := failoverStateOf(t, rsp); !got.Job || got.JobFrom != "1" {
+				t.Fatalf("no failover Job of analytics-1: %+v", got)
+			}
+			feedBack(t, req, rsp, true) // the Job completed
+			rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, tc.outcome)))
+			if d := cmp.Diff(tc.want, failoverStateOf(t, rsp)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.warnings, warningsOf(rsp), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("Warnings (-want +got):\n%s", d)
+			}
+			if tc.lastWhy == "" {
+				return
+			}
+			if got := stringAt(structAt(rsp.GetDesired().GetComposite().GetResource(), "status", "failover", "last"), "reason"); got != tc.lastWhy {
+				t.Errorf("status.failover.last.reason %q, want %s", got, tc.lastWhy)
+			}
+			for _, r := range rsp.GetResults() {
+				if r.GetReason() == reasonPrimaryFound {
+					for _, s := range []string{"analytics-1 answering as a standby", "analytics-0 as the primary on timeline 1", "nothing was promoted", "do not edit it"} {
+						if !strings.Contains(r.GetMessage(), s) {
+							t.Errorf("the Warning does not say %q: %s", s, r.GetMessage())
+						}
+					}
+				}
+			}
+		})
+	}
+}

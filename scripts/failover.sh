@@ -26,6 +26,9 @@
 #      function reads back through the Job's pod:
 #        {"result":"promoted","from":F,"to":T,"timeline":TLI,"lsn":"X/Y"}
 #        {"result":"not-needed","from":F,"reason":"..."}
+#        {"result":"found","from":F,"to":T,"timeline":TLI,"lsn":"X/Y","reason":"..."}
+#      ("found": F answers as a standby and T is the primary on the last
+#      recorded timeline: F was named wrongly, nothing is promoted.)
 #      Exit 5 when no standby answers (the Job retries, bounded by its
 #      deadline).
 #
@@ -127,11 +130,26 @@ primary_answers() {
 }
 
 # A promotion by an earlier run of this Job that was not recorded: report it.
+# And a Job started for the wrong instance: when the "lost primary" answers
+# as a standby and another instance answers as a primary on the last
+# recorded timeline, the one named was never the primary (the ConfigMap's
+# primary key edited to a standby's ordinal): promoting a standby would
+# leave that live primary's writes since the edit on no copy that survives
+# (with async, those a client still sent it); it is reported "found", and
+# nothing is promoted. Every promotion starts a new timeline, so a primary
+# on the last recorded one is the recorded primary itself.
 report_existing_primary() {
-	local k row
+	local k row from_role
 	for ((k = 0; k < INSTANCES; k++)); do
 		((k != from)) || continue
 		row=$(remote_query "${hosts[k]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn() WHERE NOT pg_is_in_recovery()") || continue
+		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] && ((BASH_REMATCH[1] == LAST_TIMELINE)); then
+			[[ -n ${from_role:-} ]] || from_role=$(remote_query "${hosts[from]}" "SELECT pg_is_in_recovery()") || from_role=silent
+			if [[ $from_role == t ]]; then
+				log "ordinal $k answers as the primary on timeline ${BASH_REMATCH[1]}, the last recorded one, and ordinal $from, named the primary, is a standby: ordinal $from was never the primary (the ConfigMap's primary key edited?); reporting ordinal $k, promoting nothing"
+				finish "{\"result\":\"found\",\"from\":$from,\"to\":$k,\"timeline\":${BASH_REMATCH[1]},\"lsn\":\"${BASH_REMATCH[2]}\",\"reason\":\"ordinal $from answers as a standby and ordinal $k as the primary on the last recorded timeline ${BASH_REMATCH[1]}\"}"
+			fi
+		fi
 		if [[ $row =~ ^t\|([0-9]+)\|([0-9A-Fa-f]+/[0-9A-Fa-f]+)$ ]] && ((BASH_REMATCH[1] <= LAST_TIMELINE)); then
 			log "ordinal $k answers as a primary on timeline ${BASH_REMATCH[1]}, not above the lost primary's $LAST_TIMELINE: a deposed primary, not a promotion; ignored"
 			continue

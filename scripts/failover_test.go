@@ -97,6 +97,15 @@ func (r failoverRun) outcome(t *testing.T) map[string]any {
 			t.Errorf("lsn %q is not an LSN", got["lsn"])
 		}
 		delete(got, "lsn")
+	case "found":
+		if lsn, _ := got["lsn"].(string); !lsnRE.MatchString(lsn) {
+			t.Errorf("lsn %q is not an LSN", got["lsn"])
+		}
+		if reason, _ := got["reason"].(string); !strings.Contains(reason, "as a standby") {
+			t.Errorf("reason %q", got["reason"])
+		}
+		delete(got, "lsn")
+		delete(got, "reason")
 	case "not-needed":
 		if reason, _ := got["reason"].(string); !strings.Contains(reason, "answered again") {
 			t.Errorf("reason %q", got["reason"])
@@ -235,6 +244,23 @@ func TestFailover(t *testing.T) {
 		}
 		a.waitReady(t, 60*time.Second)
 		b.waitReady(t, 60*time.Second)
+	})
+
+	t.Run("the named primary is a standby", func(t *testing.T) {
+		// The ConfigMap's primary key edited to a standby's ordinal (b, 1):
+		// the Job started for it must not promote a standby past the live
+		// primary p (on timeline 1, the last recorded one), whose writes
+		// since the edit no standby may have: it reports p, found.
+		r := c.runFailover(t, hosts, 1, 0, "LAST_TIMELINE=1")
+		want := map[string]any{"result": "found", "from": 1.0, "to": 0.0, "timeline": 1.0}
+		if diff := cmp.Diff(want, r.outcome(t)); diff != "" {
+			t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
+		}
+		for in, want := range map[*instance]string{p: "f", a: "t", b: "t"} {
+			if got := c.inRecovery(t, in); got != want {
+				t.Errorf("%s: in recovery %q, want %q: a run that found the primary changes nothing", in.pod, got, want)
+			}
+		}
 	})
 
 	var promotedLSN string
