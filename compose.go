@@ -7,7 +7,7 @@ import (
 	"github.com/crossplane/function-sdk-go/resource"
 )
 
-// compose builds every resource of the Database (README: What gets
+// compose builds every resource of the Database (docs/composed.md: What gets
 // composed), keyed by its composition resource name. Builders are pure; what exists depends only on
 // the spec, the input and the plan.
 func compose(db *database, p *plan) map[resource.Name]any {

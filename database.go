@@ -23,7 +23,7 @@ import (
 	"github.com/example/function-database/internal/wire"
 )
 
-// Limits and defaults of the Database API (README: The API).
+// Limits and defaults of the Database API (docs/api.md).
 const (
 	// maxNameLength keeps every derived name legal: StatefulSet pods carry
 	// a controller-revision-hash label "N-<10 chars>" (63 max) and CronJob

@@ -272,7 +272,7 @@ func jsonStruct(b []byte) (*structpb.Struct, bool) {
 }
 
 // composedKinds is the kind of every composition resource name the
-// function may emit (README, "What gets composed"), as apiVersion/kind.
+// function may emit (docs/composed.md, "What gets composed"), as apiVersion/kind.
 var composedKinds = map[resource.Name]string{
 	rnCredentials:     "v1/Secret",
 	rnSuperuser:       "v1/Secret",

@@ -30,7 +30,7 @@ const (
 	condScheduled     = "Scheduled"
 )
 
-// dbStatus is the status the function writes to the XR (README: The API),
+// dbStatus is the status the function writes to the XR (docs/api.md),
 // all of it derived from observed state, so it never changes without a cause.
 type dbStatus struct {
 	// Ready is the original Database CRD's status.ready: true when every
