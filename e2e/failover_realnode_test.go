@@ -80,9 +80,40 @@ func TestFailover(t *testing.T) {
 		// acknowledge the writer's writes on a timeline the promoted
 		// standby never sees.
 		{"PartitionedAsync", "partition", "async"},
+		// A standby frozen with the primary: with sync any standby may hold
+		// the last acknowledged commits, so the Job holds (Failover
+		// Held) until that standby answers again, then promotes.
+		{"StandbyLostWithPrimary", "freeze-with-standby", "sync"},
 	}
 	for _, l := range losses {
 		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
+			return
+		}
+	}
+	// Faults the primary comes back from by itself: a failover may follow
+	// or not (the Job ends not-needed when the primary answers first);
+	// either way nothing acknowledged is lost (sync) and no deposed primary
+	// acknowledges anything.
+	disturbances := []struct{ name, how, durability string }{
+		// Every postgres process killed: the kubelet restarts the
+		// container, crash recovery, the same primary.
+		{"KilledPostmaster", "kill", "sync"},
+		// Every instance's pod deleted at once, with the primary at
+		// whatever ordinal the failovers left it (OrderedReady once never
+		// created the primary's pod while ordinal 0, a standby, was not
+		// ready).
+		{"FullRestart", "delete-all", "sync"},
+		// The primary's pod deleted (graceful): it comes back under the
+		// same name, or a standby is promoted if it takes longer than the
+		// grace.
+		{"PrimaryPodDeleted", "delete-primary", "sync"},
+		// The primary partitioned from the API server only, async: the
+		// isolation fence's witness lost while every peer answers is no
+		// partition; nothing may happen.
+		{"APIServerCutOff", "witness-lost", "async"},
+	}
+	for _, l := range disturbances {
+		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
 			return
 		}
 	}
@@ -133,7 +164,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	lost := time.Now()
 	var thaw func()
 	switch how {
-	case "freeze", "freeze-session", "freeze-core-down":
+	case "freeze", "freeze-session", "freeze-core-down", "freeze-with-standby":
 		// Every postgres process of the pod stops, the postmaster included
 		// (only the host can stop a container's init): a hung primary, and
 		// one that hangs again each time its kubelet restarts it (a disk
@@ -144,6 +175,29 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		defer thaw()
 	}
 	switch how {
+	case "freeze-with-standby":
+		standby := ""
+		for k := range 3 {
+			if n := fmt.Sprintf("%s-%d", db, k); n != from {
+				standby = n
+				break
+			}
+		}
+		sp, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		thawStandby := holdFrozen(t, standby, string(sp.UID))
+		defer thawStandby()
+		eventually(t, 4*time.Minute, "the failover held for the silent standby "+standby, func() (bool, string) {
+			c := getCondition(d.get(t), "Failover")
+			return c.Reason == "Held", fmt.Sprintf("Failover %s %s: %s; primary %s", c.Status, c.Reason, c.Message, str(d.get(t), "status", "primary"))
+		})
+		if p := str(d.get(t), "status", "primary"); p != from {
+			t.Fatalf("promoted %s with the standby %s silent under sync", p, standby)
+		}
+		t.Logf("held %s after the loss with %s silent: %s", time.Since(lost).Round(time.Second), standby, getCondition(d.get(t), "Failover").Message)
+		thawStandby()
 	case "freeze-core-down":
 		eventually(t, 2*time.Minute, "the failover Job composed", func() (bool, string) {
 			j, err := s.k.cs.BatchV1().Jobs(ns).Get(ctx, db+"-failover", metav1.GetOptions{})
@@ -250,8 +304,145 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	}
 }
 
-// primaryUnderTest sets the Database's durability and, once it is whole,
-// returns its primary, the failovers counted so far and the primary's pod.
+// disturbThePrimary injects a fault the primary may come back from by
+// itself, and checks the Database once it is whole again, whoever is the
+// primary then.
+func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, name, how, durability string) {
+	ctx := context.Background()
+	from, count, pod := s.primaryUnderTest(t, d, ns, durability)
+	fault := time.Now()
+	switch how {
+	case "kill":
+		n := signalPod(t, string(pod.UID), syscall.SIGKILL)
+		t.Logf("killed %d postgres processes of %s", n, from)
+	case "delete-primary":
+		// Graceful: the kubelet stops postgres (fast shutdown) and the
+		// StatefulSet controller creates the pod again, same name, same
+		// volume.
+		if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", from, err)
+		}
+		t.Logf("deleted the primary's pod %s", from)
+	case "witness-lost":
+		// The primary cut off from the API server alone (its peers and
+		// clients still answer) for longer than the isolation fence takes:
+		// its fence must not fire, nothing must fail over, writes go on.
+		svc, err := s.k.cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		heal := s.cutOff(t, from, string(pod.UID), svc.Spec.ClusterIP)
+		time.Sleep(30 * time.Second) // the fault's duration, not a wait for a condition
+		heal()
+		if log := s.podLog(ns, from, containerPasswordSync); strings.Contains(log, "ISOLATED") {
+			t.Errorf("%s's sidecar stopped postgres with only the API server out of reach: %s", from, grepLine(log, "ISOLATED"))
+		}
+	case "delete-all":
+		pods, err := s.instancePods(ns, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("delete %s: %v", p.Name, err)
+			}
+		}
+		t.Logf("deleted the %d instance pods (primary %s)", len(pods), from)
+	default:
+		t.Fatalf("unknown disturbance %q", how)
+	}
+	var moved time.Time
+	to := s.waitWhole(t, d, ns, db, "after "+how, func(primary string) {
+		if primary != from && moved.IsZero() {
+			moved = time.Now() // status.primary moved: a promotion
+		}
+	})
+	back := time.Now()
+	c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
+	t.Logf("%s: whole again %s after the fault, primary %s (was %s); failover Jobs run meanwhile: %d",
+		how, back.Sub(fault).Round(100*time.Millisecond), to, from, c-count)
+	// Without a promotion the checker's deposed-primary check starts when
+	// the primary is whole again (none may be on another timeline).
+	fc := failoverCheck{scenario: name, durability: checker.Durability(durability), from: from, to: to, fault: fault, promoted: back, rejoin: rejoinRewind}
+	if to == from {
+		fc.rejoin = ""
+	} else {
+		fc.promoted = moved
+		if r := str(d.get(t), "status", "failover", "last", "reason"); r != "PrimaryLost" {
+			t.Errorf("the primary moved from %s to %s, status.failover.last.reason %q, want PrimaryLost", from, to, r)
+		}
+	}
+	s.checkAfterFailover(t, d, ns, db, writerName, fc)
+}
+
+// waitWhole waits until the Database of three instances is whole: every
+// instance ready and its primary streaming to both standbys; seen, when not
+// nil, is told the primary at every look. It returns the primary.
+func (s *suite) waitWhole(t *testing.T, d database, ns, db, what string, seen func(primary string)) (primary string) {
+	t.Helper()
+	eventually(t, realReady, "the Database whole "+what, func() (bool, string) {
+		primary = str(d.get(t), "status", "primary")
+		if seen != nil {
+			seen(primary)
+		}
+		if primary == "" || s.readyInstances(ns, db) != 3 {
+			return false, "primary " + primary + "; " + s.podsState(ns, db) + "; jobs: " + s.jobsState(ns)
+		}
+		out := s.superSQL(ns, primary, "SELECT count(*) FILTER (WHERE state = 'streaming') FROM pg_stat_replication")
+		return out == "2", "primary " + primary + " streams to " + out + "; " + s.podsState(ns, db)
+	})
+	return primary
+}
+
+// freshStandbys deletes every standby pod whose postgres container has been
+// restarted (the fence kills a frozen primary's again and again, and the
+// old primary rejoins in that pod), and waits until the Database is whole
+// again: the kubelet's back-off grows with a pod's restarts (up to 5
+// minutes) and would otherwise carry from one scenario into the next,
+// delaying a rejoin or a standby that must answer. Deleting a standby's pod
+// is harmless: its volume stays, it streams again.
+func (s *suite) freshStandbys(t *testing.T, d database, ns, db string) {
+	t.Helper()
+	primary := s.waitWhole(t, d, ns, db, "before the scenario", nil)
+	pods, err := s.instancePods(ns, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, p := range pods {
+		if p.Name == primary || postgresRestarts(p) == 0 {
+			continue
+		}
+		if err := s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", p.Name, err)
+		}
+		deleted = append(deleted, fmt.Sprintf("%s (%d restarts)", p.Name, postgresRestarts(p)))
+	}
+	if len(deleted) == 0 {
+		return
+	}
+	t0 := time.Now()
+	eventually(t, 2*time.Minute, "the deleted standbys' pods replaced", func() (bool, string) {
+		pods, err := s.instancePods(ns, db)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods {
+			if p.Name != primary && postgresRestarts(p) > 0 {
+				return false, p.Name + " not replaced yet"
+			}
+		}
+		return len(pods) == 3, s.podsState(ns, db)
+	})
+	if got := s.waitWhole(t, d, ns, db, "with fresh standbys", nil); got != primary {
+		t.Fatalf("the primary moved from %s to %s when standbys were replaced", primary, got)
+	}
+	t.Logf("replaced the standby pods %s: whole again in %s", strings.Join(deleted, ", "), time.Since(t0).Round(time.Second))
+}
+
+// primaryUnderTest sets the Database's durability and, once it is whole
+// with standbys whose pods were never restarted (freshStandbys), returns
+// its primary, the failovers counted so far and the primary's pod.
 func (s *suite) primaryUnderTest(t *testing.T, d database, ns, durability string) (from string, count int64, pod *corev1.Pod) {
 	t.Helper()
 	if str(d.get(t), "spec", "durability") != durability {
@@ -259,6 +450,7 @@ func (s *suite) primaryUnderTest(t *testing.T, d database, ns, durability string
 		s.waitSynced(t, d, u.GetGeneration())
 		s.waitRealReady(t, d)
 	}
+	s.freshStandbys(t, d, ns, d.name)
 	from = str(d.get(t), "status", "primary")
 	count, _, _ = unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
 	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), from, metav1.GetOptions{})
@@ -705,6 +897,41 @@ func grepLine(s, want string) string {
 	return ""
 }
 
+// podIptables runs iptables in the network namespace of the pod with this
+// UID, entered through one of its processes found anew each time (the one
+// found first may be a postgres that its sidecar then stops).
+func podIptables(name, uid string, args ...string) error {
+	pid := podProcess(uid)
+	if pid == 0 {
+		return fmt.Errorf("no process of pod %s found in the kubelet's cgroups", name)
+	}
+	out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "iptables", "-w"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables %v: %w: %s", args, err, out)
+	}
+	return nil
+}
+
+// cutOff drops what the pod sends to dest (an address), in its network
+// namespace; the returned heal (idempotent) takes the rule away.
+func (s *suite) cutOff(t *testing.T, name, uid, dest string) (heal func()) {
+	t.Helper()
+	rule := []string{"OUTPUT", "-d", dest, "-j", "DROP"}
+	if err := podIptables(name, uid, append([]string{"-A"}, rule...)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cut %s off from %s", name, dest)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if err := podIptables(name, uid, append([]string{"-D"}, rule...)...); err != nil {
+				t.Errorf("heal %s: %v", name, err)
+			}
+			t.Logf("healed %s", name)
+		})
+	}
+}
+
 // partitionPod cuts the pod off from everything but its own loopback and
 // the pod named except (the writer), with iptables in the pod's network
 // namespace (entered through one of its processes): peers, the API server,
@@ -717,19 +944,7 @@ func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal f
 	if err != nil || ex.Status.PodIP == "" {
 		t.Fatalf("the pod %s let through: %v (IP %q)", except, err, ex.Status.PodIP)
 	}
-	// A process of the pod found anew each time: the one found first may
-	// be a postgres that its sidecar then stops.
-	ipt := func(args ...string) error {
-		pid := podProcess(uid)
-		if pid == 0 {
-			return fmt.Errorf("no process of pod %s found in the kubelet's cgroups", name)
-		}
-		out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "iptables", "-w"}, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("iptables %v: %w: %s", args, err, out)
-		}
-		return nil
-	}
+	ipt := func(args ...string) error { return podIptables(name, uid, args...) }
 	for _, r := range [][]string{
 		{"-A", "INPUT", "-i", "lo", "-j", "ACCEPT"},
 		{"-A", "INPUT", "-s", ex.Status.PodIP, "-j", "ACCEPT"},

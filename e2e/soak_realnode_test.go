@@ -1,0 +1,94 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// soakFault is one fault of the soak's catalogue: lose the primary (a
+// failover must follow), disturb it (it may come back by itself), or move
+// it on purpose.
+type soakFault struct {
+	name, how, kind string // kind: lose, disturb or switchover
+	durabilities       []string
+}
+
+// soakFaults are TestFailover's faults, every one the soak may draw.
+var soakFaults = []soakFault{
+	{"Frozen", "freeze", "lose", []string{"sync", "async"}},
+	{"EmptiedVolume", "empty", "lose", []string{"sync"}},
+	{"SessionOpenAcrossFreeze", "freeze-session", "lose", []string{"sync"}},
+	{"Partitioned", "partition", "lose", []string{"sync", "async"}},
+	{"KilledPostmaster", "kill", "disturb", []string{"sync", "async"}},
+	{"PrimaryPodDeleted", "delete-primary", "disturb", []string{"sync", "async"}},
+	{"FullRestart", "delete-all", "disturb", []string{"sync"}},
+	{"APIServerCutOff", "witness-lost", "disturb", []string{"sync", "async"}},
+	{"Switchover", "", "switchover", []string{"sync", "async"}},
+}
+
+// TestFailoverSoak draws E2E_SOAK_ROUNDS faults (default 12) from
+// soakFaults, with a durability each, by the seed E2E_SOAK_SEED, against one
+// Database with a client writing throughout; each round is judged as in
+// TestFailover (the checker's line: lost, acked-by-deposed). A seed replays
+// its schedule: `hack/soak.sh SEED [ROUNDS]`. Not part of the full run (an
+// hour for 12 rounds): it skips without a seed.
+func TestFailoverSoak(t *testing.T) {
+	seedText := os.Getenv("E2E_SOAK_SEED")
+	if seedText == "" {
+		t.Skip("the soak runs on purpose: hack/soak.sh SEED [ROUNDS]")
+	}
+	seed, err := strconv.ParseUint(seedText, 10, 64)
+	if err != nil {
+		t.Fatalf("E2E_SOAK_SEED %q: %v", seedText, err)
+	}
+	rounds := 12
+	if v := os.Getenv("E2E_SOAK_ROUNDS"); v != "" {
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			t.Fatalf("E2E_SOAK_ROUNDS %q: want a positive number", v)
+		}
+	}
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	type round struct {
+		f          soakFault
+		durability string
+	}
+	schedule := make([]round, rounds)
+	for i := range schedule {
+		f := soakFaults[r.IntN(len(soakFaults))]
+		schedule[i] = round{f, f.durabilities[r.IntN(len(f.durabilities))]}
+		t.Logf("schedule %d/%d: %s (%s)", i+1, rounds, f.name, schedule[i].durability)
+	}
+
+	s := env
+	s.realNode(t)
+	const ns, db, writerName = "failover-soak", "soak", "writer"
+	s.realNamespace(t, ns)
+	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
+	s.waitRealReady(t, d)
+	s.writerPod(t, ns, writerName, db)
+	t0 := time.Now()
+	for i, rd := range schedule {
+		name := fmt.Sprintf("%02d-%s-%s", i+1, rd.f.name, rd.durability)
+		ok := s.step(t, name, func(t *testing.T) {
+			switch rd.f.kind {
+			case "lose":
+				s.loseThePrimary(t, d, ns, db, writerName, name, rd.f.how, rd.durability)
+			case "disturb":
+				s.disturbThePrimary(t, d, ns, db, writerName, name, rd.f.how, rd.durability)
+			case "switchover":
+				s.primaryUnderTest(t, d, ns, rd.durability)
+				s.switchover(t, d, ns, db, writerName)
+			}
+		})
+		if !ok {
+			t.Fatalf("seed %d failed at round %d (%s) after %s: replay with hack/soak.sh %d %d", seed, i+1, name, time.Since(t0).Round(time.Second), seed, i+1)
+		}
+	}
+	t.Logf("seed %d: %d rounds passed in %s", seed, rounds, time.Since(t0).Round(time.Second))
+}
