@@ -48,18 +48,18 @@ import (
 const (
 	condFailover = "Failover"
 
-	reasonPrimaryLost      = "PrimaryLost"
-	reasonSwitchover       = "Switchover"
-	reasonSwitchoverWaits  = "SwitchoverPending"
-	reasonFailoverRunning  = "InProgress"
-	reasonFailoverIdle     = "PrimaryReady"
-	reasonFailoverFailed   = "Failed"
-	reasonFailoverOff      = "Disabled"
-	reasonSingleInstance   = "SingleInstance"
-	reasonScaleInBlocked   = "ScaleInBelowPrimaryRefused"
-	reasonOldTimeline      = "OldTimelineRefused"
-	reasonPrimaryInvalid   = "PrimaryOrdinalInvalid"
-	reasonFailoverHeld     = "Held"
+	reasonPrimaryLost     = "PrimaryLost"
+	reasonSwitchover      = "Switchover"
+	reasonSwitchoverWaits = "SwitchoverPending"
+	reasonFailoverRunning = "InProgress"
+	reasonFailoverIdle    = "PrimaryReady"
+	reasonFailoverFailed  = "Failed"
+	reasonFailoverOff     = "Disabled"
+	reasonSingleInstance  = "SingleInstance"
+	reasonScaleInBlocked  = "ScaleInBelowPrimaryRefused"
+	reasonOldTimeline     = "OldTimelineRefused"
+	reasonPrimaryInvalid  = "PrimaryOrdinalInvalid"
+	reasonFailoverHeld    = "Held"
 	// reasonPrimaryFound: a Job started for an instance that was never the
 	// primary (the ConfigMap's key edited) found the primary on the last
 	// recorded timeline; nothing was promoted.

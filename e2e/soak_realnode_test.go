@@ -16,7 +16,7 @@ import (
 // it on purpose.
 type soakFault struct {
 	name, how, kind string // kind: lose, disturb or switchover
-	durabilities       []string
+	durabilities    []string
 }
 
 // soakFaults are TestFailover's faults, every one the soak may draw.
