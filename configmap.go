@@ -12,15 +12,28 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/example/function-database/internal/wire"
 	"github.com/example/function-database/scripts"
 )
 
 // scriptFiles are the embedded scripts, read once: they are constant, and so
 // is the digest of those the instances run.
 var (
-	scriptFiles         = scripts.Files()
+	scriptFiles         = immortalScripts(scripts.Files())
 	instanceScriptsHash = digest(instanceScripts(scriptFiles))
 )
+
+// immortalScripts registers the scripts with the encoder as strings that
+// live as long as the process (wire.Immortal): checked for UTF-8 once, not
+// in every response.
+func immortalScripts(files map[string]string) map[string]string {
+	for _, s := range files {
+		// One that is not valid UTF-8 stays unregistered: every response
+		// then reports it, as before.
+		_ = wire.Immortal(s)
+	}
+	return files
+}
 
 // instanceScripts are the scripts the instance containers run (the
 // entrypoint, the probes, the sidecar, and their shared lib.sh): a change of

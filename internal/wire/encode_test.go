@@ -128,3 +128,65 @@ func TestMarshalStructCases(t *testing.T) {
 		})
 	}
 }
+
+// immortalScript is a package-level string, as the embedded scripts are:
+// it lives as long as the process, so it may be registered.
+var immortalScript = strings.Repeat("#!/usr/bin/env bash\necho 'a line of a script, é'\n", 2000)
+
+// TestImmortal: a registered string encodes exactly as before; one that is
+// not valid UTF-8 is refused at registration, and its encoding still fails.
+func TestImmortal(t *testing.T) {
+	m := map[string]string{"script.sh": immortalScript}
+	before, err := MarshalStruct(struct {
+		Data map[string]string `json:"data"`
+	}{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Immortal(immortalScript); err != nil {
+		t.Fatal(err)
+	}
+	after, err := MarshalStruct(struct {
+		Data map[string]string `json:"data"`
+	}{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(before, after); d != "" {
+		t.Errorf("the encoding changed once registered (-before +after):\n%s", d)
+	}
+	bad := strings.Repeat("x", 2000) + "\xff"
+	if err := Immortal(bad); err == nil {
+		t.Error("an invalid string was registered")
+	}
+	if _, err := MarshalStruct(struct {
+		Data map[string]string `json:"data"`
+	}{map[string]string{"k": bad}}); err == nil {
+		t.Error("an invalid string was encoded")
+	}
+}
+
+// BenchmarkImmortal: a ConfigMap-like map with one 100 KB script, encoded
+// with the string registered (Immortal) and not; compare the two in one run.
+func BenchmarkImmortal(b *testing.B) {
+	s := strings.Repeat("#!/usr/bin/env bash\necho 'another line, à'\n", 2500) // not registered
+	if err := Immortal(immortalScript); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    string
+	}{{"checked", s}, {"immortal", immortalScript}} {
+		b.Run(tc.name, func(b *testing.B) {
+			v := struct {
+				Data map[string]string `json:"data"`
+			}{map[string]string{"script.sh": tc.s}}
+			b.SetBytes(int64(len(tc.s)))
+			for b.Loop() {
+				if _, err := MarshalStruct(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
