@@ -195,7 +195,7 @@ func Immortal(ss ...string) error {
 			return fmt.Errorf("%.40q... is not valid UTF-8", s)
 		}
 		if s != "" {
-			immortal.Store(immortalKey{unsafe.StringData(s), len(s)}, struct{}{})
+			immortal.Store(immortalKey{unsafe.StringData(s), len(s)}, struct{}{}) //nolint:gosec // G103: only the address is kept, as a key, never dereferenced
 		}
 	}
 	return nil
@@ -204,7 +204,7 @@ func Immortal(ss ...string) error {
 // validUTF8 is utf8.ValidString, answered at once for an Immortal string.
 func validUTF8(s string) bool {
 	if len(s) >= 1024 {
-		if _, ok := immortal.Load(immortalKey{unsafe.StringData(s), len(s)}); ok {
+		if _, ok := immortal.Load(immortalKey{unsafe.StringData(s), len(s)}); ok { //nolint:gosec // G103: the address compared, never dereferenced
 			return true
 		}
 	}
