@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/writer"
@@ -111,6 +112,10 @@ func TestFailover(t *testing.T) {
 		// isolation fence's witness lost while every peer answers is no
 		// partition; nothing may happen.
 		{"APIServerCutOff", "witness-lost", "async"},
+		// Key primary of the scripts ConfigMap edited to a standby's
+		// ordinal, async: the Job must find the live primary, not promote
+		// past it.
+		{"KeyEdited", "key-edited", "async"},
 	}
 	for _, l := range disturbances {
 		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
@@ -337,6 +342,27 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		if log := s.podLog(ns, from, containerPasswordSync); strings.Contains(log, "ISOLATED") {
 			t.Errorf("%s's sidecar stopped postgres with only the API server out of reach: %s", from, grepLine(log, "ISOLATED"))
 		}
+	case "key-edited":
+		// Key primary of the scripts ConfigMap edited to a standby's
+		// ordinal: the rw Service then sends new connections there (writes
+		// fail), while the writer's open connections may still reach the
+		// real primary. The standby named turns unready after the probe's
+		// 120 s (named_standby); the Job started for it must find the real
+		// primary (found) and promote nothing: promoting another standby
+		// would lose what the live primary acknowledged since the edit.
+		standby := (int(from[len(from)-1]-'0') + 1) % 3
+		patch := fmt.Sprintf(`{"data":{"primary":"%d"}}`, standby)
+		if _, err := s.k.cs.CoreV1().ConfigMaps(ns).Patch(ctx, db+"-scripts", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("edited key primary of %s-scripts to %d (%s-%d, a standby)", db, standby, db, standby)
+		eventually(t, 6*time.Minute, "the failover Job found "+from+" the primary again", func() (bool, string) {
+			u := d.get(t)
+			why := str(u, "status", "failover", "last", "reason")
+			c := getCondition(u, "Failover")
+			return str(u, "status", "primary") == from && why == "PrimaryFound", fmt.Sprintf("primary %s, last reason %s; Failover %s %s: %s; %s; jobs: %s", str(u, "status", "primary"), why, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
+		})
+		t.Logf("found %s again %s after the edit", from, time.Since(fault).Round(time.Second))
 	case "delete-all":
 		pods, err := s.instancePods(ns, db)
 		if err != nil {

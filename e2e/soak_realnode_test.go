@@ -29,6 +29,7 @@ var soakFaults = []soakFault{
 	{"PrimaryPodDeleted", "delete-primary", "disturb", []string{"sync", "async"}},
 	{"FullRestart", "delete-all", "disturb", []string{"sync"}},
 	{"APIServerCutOff", "witness-lost", "disturb", []string{"sync", "async"}},
+	{"KeyEdited", "key-edited", "disturb", []string{"sync", "async"}},
 	{"Switchover", "", "switchover", []string{"sync", "async"}},
 }
 

@@ -246,6 +246,29 @@ func TestFailover(t *testing.T) {
 		b.waitReady(t, 60*time.Second)
 	})
 
+	t.Run("a standby named the primary is not ready", func(t *testing.T) {
+		// The key edited to b's ordinal: once it has named b longer than
+		// NAMED_STANDBY_SECONDS, b's readiness probe fails, so that the
+		// function starts the Job that finds the real primary (below).
+		key := filepath.Join(c.scripts, "primary")
+		writeFile(t, key, "1\n")
+		defer writeFile(t, key, "0\n")
+		probe := func(seconds string) (string, error) {
+			return c.script(30*time.Second, b.env("NAMED_STANDBY_SECONDS="+seconds), Probe, "ready")
+		}
+		if out, err := probe("3600"); err != nil {
+			t.Fatalf("b named for a moment: not ready: %v\n%s", err, out)
+		}
+		out, err := probe("0")
+		if err == nil || !strings.Contains(out, "a standby named the primary") {
+			t.Fatalf("b named the primary past the bound: %v, want not ready saying why:\n%s", err, out)
+		}
+		writeFile(t, key, "0\n")
+		if out, err := probe("0"); err != nil {
+			t.Errorf("b no longer named: not ready: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("the named primary is a standby", func(t *testing.T) {
 		// The ConfigMap's primary key edited to a standby's ordinal (b, 1):
 		// the Job started for it must not promote a standby past the live

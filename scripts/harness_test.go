@@ -360,6 +360,11 @@ func (in *instance) env(extra ...string) []string {
 		"STATE_DIR="+in.state,
 		"RETRY_INTERVAL=1",
 		"SYNC_INTERVAL=1",
+		// The tests move the primary without the function: a standby
+		// left named in SCRIPTS_DIR/primary would turn unready after the
+		// pods' 120 s (probe.sh named_standby), which only
+		// TestFailover/a standby named the primary is about.
+		"NAMED_STANDBY_SECONDS=86400",
 	)
 	env = append(env, in.extra...)
 	return append(env, extra...)

@@ -25,7 +25,9 @@
 # optional ADMIN_SECRET_DIR (its username is the role probes connect as, else
 # postgres), STATE_DIR (default /tmp, as entrypoint.sh), PGDATA,
 # READY_GRACE_SECONDS (default 60), READY_MAX_LAG_BYTES (default 268435456,
-# 256 MiB), PROBE_QUERY_TIMEOUT (seconds, default 3). The fence (fenced) also
+# 256 MiB), PROBE_QUERY_TIMEOUT (seconds, default 3), NAMED_STANDBY_SECONDS
+# (default 120; named_standby, which also needs PGDATA, SCRIPTS_DIR and
+# POD_NAME). The fence (fenced) also
 # needs PGDATA, SCRIPTS_DIR, POD_NAME, PEER_DOMAIN and ADMIN_SECRET_DIR
 # (lib.sh newer_primary_peer; PEER_TIMEOUT, default 2; PEER_HOSTS /
 # PEER_ORDINALS, overrides for tests).
@@ -51,6 +53,8 @@ READY_GRACE_SECONDS=${READY_GRACE_SECONDS:-60}
 require_int READY_GRACE_SECONDS 0
 READY_MAX_LAG_BYTES=${READY_MAX_LAG_BYTES:-268435456}
 require_int READY_MAX_LAG_BYTES 0
+NAMED_STANDBY_SECONDS=${NAMED_STANDBY_SECONDS:-120}
+require_int NAMED_STANDBY_SECONDS 0
 
 # sql STATEMENT: bounded, as everything a probe runs. A psql left waiting on
 # a hung server outlives the probe the kubelet kills on timeout and holds
@@ -95,6 +99,34 @@ standby_fresh() {
 	fi
 	echo "not ready: standby not replicating (WAL receiver $status, replay $paused, $lag bytes behind the primary, bound $READY_MAX_LAG_BYTES) for more than ${READY_GRACE_SECONDS}s or since start" >&2
 	return 1
+}
+
+# named_standby: 0 when this instance is a standby that the function has
+# named the primary (SCRIPTS_DIR/primary) for more than NAMED_STANDBY_SECONDS
+# (default 120): the ConfigMap's primary key was edited to a standby's
+# ordinal, so the rw Service sends every new connection here, where writes
+# fail. Not ready, it makes the function start the failover Job, which finds
+# the real primary and promotes nothing (failover.sh
+# report_existing_primary: found). Ready meanwhile, it could stream from
+# itself through that Service and nothing would ever move. The delay covers
+# a real failover: the ConfigMap volume names the old primary for a minute
+# or so after it rejoined as a standby.
+named_standby() {
+	local f=$STATE_DIR/database-named-standby since='' now
+	if [[ -z ${PGDATA:-} || ! -f $PGDATA/standby.signal || -z ${SCRIPTS_DIR:-} || -z ${POD_NAME:-} ]] ||
+		(($(pod_ordinal) != $(current_primary))); then
+		rm -f "$f"
+		return 1
+	fi
+	now=$(printf '%(%s)T' -1)
+	[[ -r $f ]] && since=$(<"$f")
+	if ! [[ $since =~ ^[0-9]+$ ]]; then
+		since=$now
+		printf '%s\n' "$now" >"$f"
+	fi
+	((now - since >= NAMED_STANDBY_SECONDS)) || return 1
+	echo "not ready: a standby named the primary (key primary of the scripts ConfigMap: ordinal $(current_primary)) for $((now - since))s: the key was edited? The failover Job finds the real primary" >&2
+	return 0
 }
 
 # fenced: 0 when this instance is a primary and a peer is a primary on a
@@ -153,6 +185,7 @@ ready)
 		exit 1
 	fi
 	standby_fresh || exit 1
+	! named_standby || exit 1
 	! fenced || exit 1
 	;;
 live)
