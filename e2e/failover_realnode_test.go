@@ -116,6 +116,9 @@ func TestFailover(t *testing.T) {
 		// ordinal, async: the Job must find the live primary, not promote
 		// past it.
 		{"KeyEdited", "key-edited", "async"},
+		// The XR's status records and the scripts ConfigMap deleted at
+		// once: the primary must be found again, never replaced.
+		{"RecordsDeleted", "records-deleted", "async"},
 	}
 	for _, l := range disturbances {
 		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
@@ -363,6 +366,31 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 			return str(u, "status", "primary") == from && why == "PrimaryFound", fmt.Sprintf("primary %s, last reason %s; Failover %s %s: %s; %s; jobs: %s", str(u, "status", "primary"), why, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
 		})
 		t.Logf("found %s again %s after the edit", from, time.Since(fault).Round(time.Second))
+	case "records-deleted":
+		// Every record of who is primary gone at once: the XR's
+		// status.primary and status.failover, and the scripts ConfigMap
+		// (Crossplane composes it again). The function then knows nothing
+		// and names ordinal 0; when the primary is elsewhere, ordinal 0 is
+		// a standby, turns unready after 120 s (probe.sh named_standby),
+		// and the Job started for it finds the primary on a newer timeline
+		// than any recorded (none is) and reports it: no promotion.
+		cl, err := s.k.client(d.gvk, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Patch(ctx, db, types.MergePatchType, []byte(`{"status":{"primary":null,"failover":null}}`), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatalf("delete the XR's status records: %v", err)
+		}
+		if err := s.k.cs.CoreV1().ConfigMaps(ns).Delete(ctx, db+"-scripts", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("deleted %s's status.primary and status.failover, and ConfigMap %s-scripts (the primary is %s)", db, db, from)
+		eventually(t, 6*time.Minute, from+" the recorded primary again", func() (bool, string) {
+			u := d.get(t)
+			c := getCondition(u, "Failover")
+			return str(u, "status", "primary") == from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
+		})
+		t.Logf("%s recorded the primary again %s after the records were deleted", from, time.Since(fault).Round(time.Second))
 	case "delete-all":
 		pods, err := s.instancePods(ns, db)
 		if err != nil {
