@@ -116,9 +116,9 @@ func TestFailover(t *testing.T) {
 		// ordinal, async: the Job must find the live primary, not promote
 		// past it.
 		{"KeyEdited", "key-edited", "async"},
-		// The XR's status records and the scripts ConfigMap deleted at
-		// once: the primary must be found again, never replaced.
-		{"RecordsDeleted", "records-deleted", "async"},
+		// RecordsDeleted ("records-deleted": the XR's status records and
+		// the scripts ConfigMap deleted at once) is written but was never
+		// run: out until it is (notes/issue-21.md).
 	}
 	for _, l := range disturbances {
 		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {

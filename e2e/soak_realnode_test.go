@@ -30,7 +30,6 @@ var soakFaults = []soakFault{
 	{"FullRestart", "delete-all", "disturb", []string{"sync"}},
 	{"APIServerCutOff", "witness-lost", "disturb", []string{"sync", "async"}},
 	{"KeyEdited", "key-edited", "disturb", []string{"sync", "async"}},
-	{"RecordsDeleted", "records-deleted", "disturb", []string{"sync", "async"}},
 	{"Switchover", "", "switchover", []string{"sync", "async"}},
 }
 

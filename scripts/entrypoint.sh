@@ -464,6 +464,20 @@ rewind_once() {
 		log "the primary's checkpoint is not on a timeline newer than this copy's (answer '${row:-none}'): not rewinding"
 		return 1
 	fi
+	# pg_rewind finishes a crash recovery that never ran (single-user
+	# mode) but not one shut down half way ("shut down in recovery": a
+	# former primary restarted, then stopped, while it replayed its own WAL).
+	# It then takes the copy's end of WAL from the control file (the last
+	# checkpoint or minRecoveryPoint), short of what the copy wrote after
+	# the fork, finds "no rewind required", and the diverged copy starts as
+	# a standby that can never stream (seen in CI: 176 bytes past the fork;
+	# the sidecar then had it cloned). Such a copy of a former primary
+	# finishes its recovery first, as pg_rewind itself would.
+	if [[ ! -f $PGDATA/standby.signal ]] &&
+		[[ $(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p') == "shut down in recovery" ]]; then
+		log "$PGDATA was shut down in the middle of its crash recovery: finishing it (postgres --single) so that pg_rewind sees all of its WAL"
+		postgres --single -F -D "$PGDATA" template1 </dev/null >/dev/null 2>&1 || log "the single-user recovery failed; pg_rewind decides"
+	fi
 	: >"$REWIND_MARKER"
 	sync "$REWIND_MARKER"
 	run_child pg_rewind --target-pgdata="$PGDATA" --progress \
