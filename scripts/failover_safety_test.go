@@ -490,3 +490,98 @@ func TestSwitchoverUnderReadWriteLoad(t *testing.T) {
 	}
 	p.kill()
 }
+
+// TestRejoinAfterRecoveryStoppedHalfway: a former primary whose crash
+// recovery was stopped half way ("shut down in recovery": its container
+// restarted, began replaying its own WAL, and was stopped again, as the
+// fence and a thaw did in CI) has WAL past the fork that its control file
+// does not show (minRecoveryPoint is where the replay stopped). pg_rewind
+// finishes a crash recovery only for a copy that was not shut down at all;
+// for this state it took the end of WAL from the control file, found "no
+// rewind required", and the diverged copy started as a standby that could
+// never stream. The entrypoint now finishes the recovery first; the copy is
+// rewound.
+func TestRejoinAfterRecoveryStoppedHalfway(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "rh-db")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	// No checkpoint between the one below and the crash: the crash
+	// recovery then replays all the common WAL before the fork, long
+	// enough to be stopped before it reaches the fork.
+	c.superSQL(t, p, "postgres", "ALTER SYSTEM SET max_wal_size = '4GB'")
+	c.superSQL(t, p, "postgres", "ALTER SYSTEM SET checkpoint_timeout = '1h'")
+	// And the WAL since that checkpoint kept through the checkpoint that
+	// ends the finished recovery: pg_rewind reads it back to the fork
+	// (the pods keep wal_keep_size, up to 256MB, for the same reason).
+	c.superSQL(t, p, "postgres", "ALTER SYSTEM SET wal_keep_size = '2GB'")
+	c.superSQL(t, p, "postgres", "SELECT pg_reload_conf()")
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, v text)")
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	c.superSQL(t, p, "postgres", "CHECKPOINT")
+	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('c', 300) FROM generate_series(1, 400000) i")
+	c.waitReplayed(t, p, s)
+	c.superSQL(t, s, "postgres", "ALTER SYSTEM SET primary_conninfo = ''")
+	c.superSQL(t, s, "postgres", "SELECT pg_reload_conf()")
+	waitFor(t, 30*time.Second, "s stops streaming", func() error {
+		if got := c.superSQL(t, s, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver"); got != "0" {
+			return fmt.Errorf("%s walreceivers", got)
+		}
+		return nil
+	})
+	fork := c.superSQL(t, p, "postgres", "SELECT pg_current_wal_insert_lsn()")
+	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(400001, 400100) i")
+	p.kill()
+	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
+		t.Fatalf("pg_promote: %q", got)
+	}
+
+	// p's crash recovery, stopped (fast shutdown) soon after it began.
+	pg := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), filepath.Join(tl.bin, "postgres"), "-D", p.pgdata, "-p", strconv.Itoa(p.port), "-k", p.sock)
+	var out strings.Builder
+	pg.Stdout, pg.Stderr = &out, &out
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "p's crash recovery begins", func() error { return containsErr(out.String(), "redo starts at") })
+	_ = pg.Process.Signal(syscall.SIGINT)
+	_ = pg.Wait()
+	ctl, err := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), filepath.Join(tl.bin, "pg_controldata"), p.pgdata).CombinedOutput()
+	if err != nil || !strings.Contains(string(ctl), "shut down in recovery") {
+		t.Fatalf("p's copy is not \"shut down in recovery\" (%v):\n%s\n%s", err, tail(out.String(), 10), ctl)
+	}
+	t.Logf("p shut down in recovery; the fork at %s; its control file: %s", fork, grepLines(string(ctl), "Minimum recovery ending location"))
+
+	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
+	defer writeFile(t, filepath.Join(c.scripts, "primary"), "0\n")
+	want := c.tableChecksums(t, s, c.db)
+	p.start(t, fmt.Sprintf("PRIMARY_PORT=%d", s.port))
+	took := p.waitReady(t, 120*time.Second)
+	t.Logf("timing: former primary rejoined in %v", took.Round(time.Millisecond))
+	log := p.lastLog()
+	for _, want := range []string{"shut down in the middle of its crash recovery", "rewound onto the primary"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log: want %q:\n%s", want, tail(log, 30))
+		}
+	}
+	if got := c.superSQL(t, p, "postgres", "SELECT status || ':' || received_tli FROM pg_stat_wal_receiver"); got != "streaming:2" {
+		t.Errorf("wal receiver %q, want streaming on timeline 2", got)
+	}
+	if diff := cmp.Diff(want, c.tableChecksums(t, p, c.db)); diff != "" {
+		t.Errorf("tables (-new primary +former primary):\n%s", diff)
+	}
+}
+
+// grepLines are the lines of s that contain want.
+func grepLines(s, want string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, want) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "; ")
+}
