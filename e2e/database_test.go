@@ -820,9 +820,14 @@ func (s *suite) testSpread(t *testing.T) {
 	c := s.create(t, n)
 	defer func() { _ = s.k.delete(ctx, c.gvk, c.ns, c.name) }()
 	var cond condition
+	// Until the suite's provisioner binds their claims, every pod is
+	// unschedulable for that reason (the condition says so, truly); then
+	// two are placed and the third is refused by the anti-affinity.
 	eventually(t, syncWait, "the Scheduled condition naming the instance no node takes", func() (bool, string) {
 		cond = getCondition(c.get(t), "Scheduled")
-		return cond.Status == "False" && cond.Reason == "InstanceUnschedulable", fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, nodesOf(narrow, "crowded"))
+		m := nodesOf(narrow, "crowded")
+		return cond.Status == "False" && cond.Reason == "InstanceUnschedulable" && strings.Contains(cond.Message, "anti-affinity") && distinct(m) == 2,
+			fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, m)
 	})
 	t.Logf("Scheduled=False: %s", cond.Message)
 	for _, want := range []string{"crowded-", "anti-affinity", "spread.nodes: Preferred"} {
