@@ -541,17 +541,29 @@ func TestRejoinAfterRecoveryStoppedHalfway(t *testing.T) {
 
 	// p's crash recovery, stopped (fast shutdown) soon after it began.
 	pg := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), filepath.Join(tl.bin, "postgres"), "-D", p.pgdata, "-p", strconv.Itoa(p.port), "-k", p.sock)
-	var out strings.Builder
-	pg.Stdout, pg.Stderr = &out, &out
+	// Its output goes to a file the test polls (a file, not a buffer the
+	// exec's copying goroutines write while the test reads it).
+	logPath := filepath.Join(c.root, "rh-db-0-recovery.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	pg.Stdout, pg.Stderr = logFile, logFile
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "p's crash recovery begins", func() error { return containsErr(out.String(), "redo starts at") })
+	readLog := func() string {
+		b, _ := os.ReadFile(logPath)
+		return string(b)
+	}
+	waitFor(t, 30*time.Second, "p's crash recovery begins", func() error { return containsErr(readLog(), "redo starts at") })
 	_ = pg.Process.Signal(syscall.SIGINT)
 	_ = pg.Wait()
+	out := readLog()
 	ctl, err := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), filepath.Join(tl.bin, "pg_controldata"), p.pgdata).CombinedOutput()
 	if err != nil || !strings.Contains(string(ctl), "shut down in recovery") {
-		t.Fatalf("p's copy is not \"shut down in recovery\" (%v):\n%s\n%s", err, tail(out.String(), 10), ctl)
+		t.Fatalf("p's copy is not \"shut down in recovery\" (%v):\n%s\n%s", err, tail(out, 10), ctl)
 	}
 	t.Logf("p shut down in recovery; the fork at %s; its control file: %s", fork, grepLines(string(ctl), "Minimum recovery ending location"))
 
