@@ -42,17 +42,7 @@ func TestFailover(t *testing.T) {
 	s := env
 	s.realNode(t)
 	const ns, db, writerName = "failover-real", "ledger", "writer"
-	s.realNamespace(t, ns)
-	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
-	s.waitRealReady(t, d)
-	if got := str(d.get(t), "status", "primary"); got != db+"-0" {
-		t.Fatalf("status.primary = %q, want %s-0", got, db)
-	}
-	s.writerPod(t, ns, writerName, db)
-	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
-		log := s.podLog(ns, writerName, "writer")
-		return !lastAcknowledged(writer.Parse(log)).IsZero(), lastLines(log, 3)
-	})
+	d := s.writtenDatabase(t, ns, db, writerName)
 
 	losses := []struct{ name, how, durability string }{
 		{"FrozenPrimary", "freeze", "sync"},
@@ -126,6 +116,25 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	s.step(t, "Switchover", func(t *testing.T) { s.switchover(t, d, ns, db, writerName) })
+}
+
+// writtenDatabase creates a large Database with synchronous replication in
+// a new real-node namespace, waits until it is ready with its primary at
+// ordinal 0, and starts the checker's client writing to it.
+func (s *suite) writtenDatabase(t *testing.T, ns, db, writerName string) database {
+	t.Helper()
+	s.realNamespace(t, ns)
+	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
+	s.waitRealReady(t, d)
+	if got := str(d.get(t), "status", "primary"); got != db+"-0" {
+		t.Fatalf("status.primary = %q, want %s-0", got, db)
+	}
+	s.writerPod(t, ns, writerName, db)
+	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
+		log := s.podLog(ns, writerName, "writer")
+		return !lastAcknowledged(writer.Parse(log)).IsZero(), lastLines(log, 3)
+	})
+	return d
 }
 
 // switchover moves the primary back to ordinal 0 on purpose (spec.primary):

@@ -69,10 +69,7 @@ func TestFailoverSoak(t *testing.T) {
 	s := env
 	s.realNode(t)
 	const ns, db, writerName = "failover-soak", "soak", "writer"
-	s.realNamespace(t, ns)
-	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
-	s.waitRealReady(t, d)
-	s.writerPod(t, ns, writerName, db)
+	d := s.writtenDatabase(t, ns, db, writerName)
 	t0 := time.Now()
 	for i, rd := range schedule {
 		name := fmt.Sprintf("%02d-%s-%s", i+1, rd.f.name, rd.durability)

@@ -318,14 +318,7 @@ func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 	c.waitReplayed(t, p, s)
 	// s stops streaming (its buffers stay dirty); p writes what s never
 	// gets, and is lost.
-	c.superSQL(t, s, "postgres", "ALTER SYSTEM SET primary_conninfo = ''")
-	c.superSQL(t, s, "postgres", "SELECT pg_reload_conf()")
-	waitFor(t, 30*time.Second, "s stops streaming", func() error {
-		if got := c.superSQL(t, s, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver"); got != "0" {
-			return fmt.Errorf("%s walreceivers", got)
-		}
-		return nil
-	})
+	c.stopStreaming(t, s)
 	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(60001, 60100) i")
 	p.kill()
 	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
@@ -524,14 +517,7 @@ func TestRejoinAfterRecoveryStoppedHalfway(t *testing.T) {
 	c.superSQL(t, p, "postgres", "CHECKPOINT")
 	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('c', 300) FROM generate_series(1, 400000) i")
 	c.waitReplayed(t, p, s)
-	c.superSQL(t, s, "postgres", "ALTER SYSTEM SET primary_conninfo = ''")
-	c.superSQL(t, s, "postgres", "SELECT pg_reload_conf()")
-	waitFor(t, 30*time.Second, "s stops streaming", func() error {
-		if got := c.superSQL(t, s, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver"); got != "0" {
-			return fmt.Errorf("%s walreceivers", got)
-		}
-		return nil
-	})
+	c.stopStreaming(t, s)
 	fork := c.superSQL(t, p, "postgres", "SELECT pg_current_wal_insert_lsn()")
 	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(400001, 400100) i")
 	p.kill()
@@ -596,4 +582,18 @@ func grepLines(s, want string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// stopStreaming detaches the standby from its primary (no primary_conninfo)
+// and waits until its WAL receiver is gone: what it has is all it gets.
+func (c *cluster) stopStreaming(t *testing.T, s *instance) {
+	t.Helper()
+	c.superSQL(t, s, "postgres", "ALTER SYSTEM SET primary_conninfo = ''")
+	c.superSQL(t, s, "postgres", "SELECT pg_reload_conf()")
+	waitFor(t, 30*time.Second, s.pod+" stops streaming", func() error {
+		if got := c.superSQL(t, s, "postgres", "SELECT count(*) FROM pg_stat_wal_receiver"); got != "0" {
+			return fmt.Errorf("%s walreceivers", got)
+		}
+		return nil
+	})
 }
