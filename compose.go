@@ -30,6 +30,12 @@ func compose(db *database, p *plan) map[resource.Name]any {
 	if db.NetworkPolicy {
 		out[rnNetworkPolicy] = networkPolicy(db)
 	}
+	if a := p.Archive; a != nil {
+		if a.Secret != nil {
+			out[rnObjectStorage] = a.Secret
+		}
+		out[rnArchiveCheck] = archiveCheckCronJob(db, p)
+	}
 	if db.Backup.Enabled {
 		out[rnBackup] = backupCronJob(db, p)
 	}

@@ -38,6 +38,9 @@ type config struct {
 	// SpreadNodes is the input's spread.nodes: spreadRequired,
 	// spreadPreferred, or "" (unset: plan.go decides).
 	SpreadNodes string
+	// ObjectStorage is the input's objectStorage resolved; nil archives
+	// nothing (archive.go).
+	ObjectStorage *objectStorage
 }
 
 // The values of the input's spread.nodes.
@@ -131,6 +134,11 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 		default:
 			errs = append(errs, field.NotSupported(p.Child("spread", "nodes"), sp.Nodes, []string{spreadRequired, spreadPreferred}))
 		}
+	}
+	if in.ObjectStorage != nil {
+		os, e := resolveObjectStorage(p.Child("objectStorage"), in.ObjectStorage)
+		errs = append(errs, e...)
+		cfg.ObjectStorage = os
 	}
 	errs = append(errs, validateRepository(p.Child("image"), cfg.Image)...)
 	images, e := resolveImages(p.Child("images"), in.Images)

@@ -52,6 +52,9 @@ func instanceScripts(files map[string]string) map[string]string {
 // max_wal_size on purpose).
 func instanceSettings(db *database, p *plan) map[string]string {
 	settings := walSettings(dataVolume(p))
+	if db.ObjectStorage != nil {
+		maps.Copy(settings, archiveSettings(db))
+	}
 	if db.Durability == durabilitySync && p.Replicas > 1 {
 		// A commit returns once any one standby flushed it: the failover
 		// Job promotes the standby with the most WAL, which then holds
@@ -114,6 +117,9 @@ func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 	data[keyPostgresqlConf] = conf
 	if p.Initialized {
 		data[keyInitialized] = "true"
+	}
+	if db.ObjectStorage != nil {
+		data[keyPgbackrestConf] = pgbackrestConf(db, p, p.Archive.hasCA())
 	}
 	data[keyPrimary] = strconv.Itoa(p.Primary)
 	data[keyInstances] = strconv.Itoa(int(p.Replicas))

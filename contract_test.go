@@ -108,6 +108,17 @@ func scriptRuns(t *testing.T) []scriptRun {
 				if len(how) == 0 {
 					continue
 				}
+				// pgbackrest.sh is run by postgres (its archive_command) and
+				// by the sidecar (archive_round) once the ConfigMap holds
+				// pgbackrest.conf: it reads their environment.
+				if cm, ok := s.objs[rnScripts].(*corev1.ConfigMap); ok && cm.Data[keyPgbackrestConf] != "" {
+					switch c.Name {
+					case containerPostgres:
+						how[scripts.Archive] = append(how[scripts.Archive], "archive_command")
+					case containerPasswordSync:
+						how[scripts.Archive] = append(how[scripts.Archive], "archive_round")
+					}
+				}
 				out = append(out, scriptRun{
 					scenario: s.name, n: sts.Name, ns: sts.Namespace,
 					kind: kindOf(s.objs[rn]), object: objectName(s.objs[rn]),
@@ -150,7 +161,7 @@ func scriptsOf(c corev1.Container) map[string][]string {
 func TestContractEnv(t *testing.T) {
 	tolerated := map[string]bool{} // container/variable, once seen
 	runs := scriptRuns(t)
-	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Backup, scripts.Restore, scripts.Failover} {
+	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Backup, scripts.Restore, scripts.Failover, scripts.Archive} {
 		if !slices.ContainsFunc(runs, func(r scriptRun) bool { return r.how[name] != nil }) {
 			t.Errorf("no scenario composes a container that runs %s", name)
 		}

@@ -142,6 +142,9 @@ type database struct {
 	FailoverGrace int32
 	// SpreadNodes is the input's spread.nodes ("" unset; plan.go).
 	SpreadNodes string
+	// ObjectStorage is where the WAL is archived (archive.go); nil when
+	// the input names no bucket.
+	ObjectStorage *objectStorage
 
 	Image             string
 	Images            map[string]string
@@ -205,6 +208,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		Failover:          cfg.Failover,
 		FailoverGrace:     cfg.FailoverGrace,
 		SpreadNodes:       cfg.SpreadNodes,
+		ObjectStorage:     cfg.ObjectStorage,
 	}
 
 	// A legacy XR is cluster scoped: its claim's name and namespace are the

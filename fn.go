@@ -76,6 +76,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		o.Instances = settledInstances(db, o.StatefulSet)
 	}
 	o.FailoverOutcome = lookupFailoverOutcome(req)
+	o.ObjectStorageSource = lookupObjectStorage(req)
 
 	p := makePlan(db, o, f.password)
 	desired := compose(db, p)
@@ -96,7 +97,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	// Crossplane fetches what the function requires and calls again within
 	// the same reconcile, until the requirements stop changing.
-	if req := requirements(p); len(req) > 0 {
+	if req := requirements(db, p); len(req) > 0 {
 		rsp.Requirements = &fnv1.Requirements{Resources: req}
 	}
 	for _, c := range conditions(db, p, o) {
@@ -189,10 +190,16 @@ func setStatus(rsp *fnv1.RunFunctionResponse, observedXR *structpb.Struct, s dbS
 
 // requirements are the resources the function asks Crossplane for: the
 // restore's source, the instance pods and the failover Job's pods.
-func requirements(p *plan) map[string]*fnv1.ResourceSelector {
+func requirements(db *database, p *plan) map[string]*fnv1.ResourceSelector {
 	var out map[string]*fnv1.ResourceSelector
 	if p.Restore != nil && p.Restore.Require != nil {
 		out = map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}
+	}
+	if db.ObjectStorage != nil {
+		if out == nil {
+			out = make(map[string]*fnv1.ResourceSelector, 1)
+		}
+		out[requirementObjectStorage] = objectStorageSelector(db.ObjectStorage)
 	}
 	if p.Failover != nil {
 		for k, v := range p.Failover.Require {

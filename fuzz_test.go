@@ -276,6 +276,7 @@ func jsonStruct(b []byte) (*structpb.Struct, bool) {
 var composedKinds = map[resource.Name]string{
 	rnCredentials:     "v1/Secret",
 	rnSuperuser:       "v1/Secret",
+	rnObjectStorage:   "v1/Secret",
 	rnScripts:         "v1/ConfigMap",
 	rnStatefulSet:     "apps/v1/StatefulSet",
 	rnService:         "v1/Service",
@@ -284,6 +285,7 @@ var composedKinds = map[resource.Name]string{
 	rnPDB:             "policy/v1/PodDisruptionBudget",
 	rnNetworkPolicy:   "networking.k8s.io/v1/NetworkPolicy",
 	rnBackup:          "batch/v1/CronJob",
+	rnArchiveCheck:    "batch/v1/CronJob",
 	rnRestore:         "batch/v1/Job",
 	rnFailover:        "batch/v1/Job",
 }
@@ -448,7 +450,9 @@ func allExamples(tb testing.TB) []example {
 	for _, f := range files {
 		out = append(out, example{strings.TrimSuffix(filepath.Base(f), ".yaml"), f, "example/composition.yaml"})
 	}
-	return append(out, example{"legacy", "example/legacy/xr.yaml", "example/legacy/composition.yaml"})
+	return append(out,
+		example{"legacy", "example/legacy/xr.yaml", "example/legacy/composition.yaml"},
+		example{"archive", "example/archive/xr.yaml", "example/archive/composition.yaml"})
 }
 
 func mustJSON(tb testing.TB, v any) []byte {

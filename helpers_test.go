@@ -191,7 +191,9 @@ func exampleCluster(t testing.TB) []*structpb.Struct {
 	t.Helper()
 	exampleClusterOnce.Do(func() {
 		files, _ := filepath.Glob("example/xrs/*.yaml")
-		for _, f := range append([]string{"example/xr.yaml", "example/legacy/xr.yaml"}, files...) {
+		// The archive example's Secret is the platform's, which its
+		// Composition's input names.
+		for _, f := range append([]string{"example/xr.yaml", "example/legacy/xr.yaml", "example/archive/xr.yaml", "example/archive/object-storage-secret.yaml"}, files...) {
 			exampleClusterObjs = append(exampleClusterObjs, readYAMLStruct(t, f))
 		}
 	})

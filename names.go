@@ -23,6 +23,8 @@ const (
 	rnBackup          resource.Name = "backup"
 	rnRestore         resource.Name = "restore"
 	rnFailover        resource.Name = "failover"
+	rnObjectStorage   resource.Name = "object-storage"
+	rnArchiveCheck    resource.Name = "archive-check"
 )
 
 // Suffixes of the composed names. A Database whose own name ended in one of
@@ -64,12 +66,13 @@ const (
 	appName   = "postgresql"
 	managedBy = "function-database"
 
-	componentDatabase = "database"
-	componentBackup   = "backup"
-	componentRestore  = "restore"
-	componentConfig   = "config"
-	componentNetwork  = "network"
-	componentFailover = "failover"
+	componentDatabase     = "database"
+	componentBackup       = "backup"
+	componentRestore      = "restore"
+	componentConfig       = "config"
+	componentNetwork      = "network"
+	componentFailover     = "failover"
+	componentArchiveCheck = "archive-check"
 )
 
 // Labels others set, which the function reads or selects by.
@@ -147,6 +150,10 @@ const (
 	// script asks). Not in the config hash: changing them restarts no pod.
 	keyPrimary   = "primary"
 	keyInstances = "instances"
+	// keyPgbackrestConf is pgBackRest's configuration (archive.go), with
+	// the input's objectStorage only. Not in the config hash: pgBackRest
+	// reads it at each call.
+	keyPgbackrestConf = "pgbackrest.conf"
 )
 
 // Required-resources keys: Crossplane calls again with what each selects.
@@ -158,6 +165,8 @@ const (
 	// (its outcome).
 	requirementInstances    = "instances"
 	requirementFailoverPods = "failover-pods"
+	// requirementObjectStorage is the platform's object storage Secret.
+	requirementObjectStorage = "object-storage"
 )
 
 // PostgreSQL roles and port.
@@ -182,26 +191,29 @@ const (
 	containerBackup       = "backup"
 	containerRestore      = "restore"
 	containerFailover     = "failover"
+	containerArchiveCheck = "archive-check"
 
-	volData    = "data"
-	volBackups = "backups"
-	volScripts = "scripts"
-	volApp     = "app-secret"
-	volAdmin   = "superuser-secret"
-	volRun     = "run"
-	volTmp     = "tmp"
-	volShm     = "shm"
-	volRestore = "restore"
-	dataDir    = "/var/lib/postgresql/data"
-	pgData     = dataDir + "/pgdata"
-	socketDir  = "/var/run/postgresql"
-	scriptsDir = "/opt/database/scripts"
-	appDir     = "/etc/database/app"
-	adminDir   = "/etc/database/superuser"
-	backupsDir = "/backups"
-	restoreDir = "/restore"
-	tmpDir     = "/tmp"
-	shmDir     = "/dev/shm"
+	volData          = "data"
+	volBackups       = "backups"
+	volScripts       = "scripts"
+	volApp           = "app-secret"
+	volAdmin         = "superuser-secret"
+	volRun           = "run"
+	volTmp           = "tmp"
+	volShm           = "shm"
+	volRestore       = "restore"
+	volObjectStorage = "object-storage"
+	dataDir          = "/var/lib/postgresql/data"
+	pgData           = dataDir + "/pgdata"
+	socketDir        = "/var/run/postgresql"
+	scriptsDir       = "/opt/database/scripts"
+	appDir           = "/etc/database/app"
+	adminDir         = "/etc/database/superuser"
+	backupsDir       = "/backups"
+	restoreDir       = "/restore"
+	objectStorageDir = "/etc/database/object-storage"
+	tmpDir           = "/tmp"
+	shmDir           = "/dev/shm"
 )
 
 // The function input's kind, and the defaults of its names.

@@ -39,6 +39,12 @@ type observed struct {
 	FailoverRecord  *failoverRecord
 	Instances       instancePods
 	FailoverOutcome failoverOutcome
+	// ObjectStorageSource is what the required resources say of the
+	// platform's object storage Secret; ObjectStorage the observed copy.
+	ObjectStorageSource objectStorageLookup
+	ObjectStorage       *corev1.Secret
+	// ArchiveCheck is the observed archive check CronJob (archive.go).
+	ArchiveCheck *batchv1.CronJob
 
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
@@ -52,7 +58,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 			o.exists[resource.Name(name)] = true
 		}
 	}
-	var errs [7]error
+	var errs [9]error
 	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
@@ -60,6 +66,8 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, cronJobFields)
 	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, wire.Whole)
 	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, wire.Whole)
+	o.ObjectStorage, errs[7] = decodeAs[corev1.Secret](rs, rnObjectStorage, secretFields)
+	o.ArchiveCheck, errs[8] = decodeAs[batchv1.CronJob](rs, rnArchiveCheck, cronJobFields)
 	return o, errors.Join(errs[:]...)
 }
 

@@ -60,6 +60,9 @@ type plan struct {
 	Failover  *failoverPlan
 	Passwords passwords
 	Blocked   []blocked
+	// Archive is what happens about the WAL archive (archive.go); nil when
+	// the input names no bucket.
+	Archive *archivePlan
 }
 
 func makePlan(db *database, o *observed, generate func() string) *plan {
@@ -106,6 +109,7 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	var b []blocked
 	p.Restore, b = planRestore(db, p, o)
 	p.Blocked = append(p.Blocked, b...)
+	p.Archive = planArchive(db, o)
 	p.Failover = planFailover(db, p, o)
 	p.Primary = p.Failover.Primary
 	if invalid != nil {

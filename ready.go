@@ -22,6 +22,7 @@ type readyRule func(name resource.Name, o *observed, wantReplicas int32) bool
 var readiness = map[resource.Name]readyRule{
 	rnCredentials:     observedExists,
 	rnSuperuser:       observedExists,
+	rnObjectStorage:   observedExists,
 	rnScripts:         observedExists,
 	rnService:         observedExists,
 	rnServiceRead:     observedExists,
@@ -31,7 +32,8 @@ var readiness = map[resource.Name]readyRule{
 	// A CronJob that has not run yet is ready: backup health is its own
 	// condition (BackupHealthy), or a new Database would stay unready until
 	// its first backup.
-	rnBackup: observedExists,
+	rnBackup:       observedExists,
+	rnArchiveCheck: observedExists,
 	rnStatefulSet: func(_ resource.Name, o *observed, want int32) bool {
 		return statefulSetReady(o.StatefulSet, want)
 	},

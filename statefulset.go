@@ -137,7 +137,7 @@ func spreadZones(db *database) []corev1.TopologySpreadConstraint {
 // entrypoint.sh, probe.sh and sync-passwords.sh (scripts.Contract;
 // TestContractEnv holds this to it).
 func instanceEnv(db *database) []corev1.EnvVar {
-	return []corev1.EnvVar{
+	env := []corev1.EnvVar{
 		{Name: scripts.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: scripts.EnvPGData, Value: pgData},
 		{Name: scripts.EnvPGPort, Value: strconv.Itoa(postgresPort)},
@@ -152,10 +152,16 @@ func instanceEnv(db *database) []corev1.EnvVar {
 		{Name: scripts.EnvAppSecretDir, Value: appDir},
 		{Name: scripts.EnvAdminSecretDir, Value: adminDir},
 	}
+	if db.ObjectStorage != nil {
+		// pgbackrest.sh (postgres's archive_command, the sidecar's stanza)
+		// reads the bucket's keys there.
+		env = append(env, corev1.EnvVar{Name: scripts.EnvObjectStorageDir, Value: objectStorageDir})
+	}
+	return env
 }
 
-func instanceMounts() []corev1.VolumeMount {
-	return []corev1.VolumeMount{
+func instanceMounts(db *database) []corev1.VolumeMount {
+	m := []corev1.VolumeMount{
 		{Name: volData, MountPath: dataDir},
 		{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
 		{Name: volApp, MountPath: appDir, ReadOnly: true},
@@ -164,6 +170,10 @@ func instanceMounts() []corev1.VolumeMount {
 		{Name: volTmp, MountPath: tmpDir},
 		{Name: volShm, MountPath: shmDir},
 	}
+	if db.ObjectStorage != nil {
+		m = append(m, corev1.VolumeMount{Name: volObjectStorage, MountPath: objectStorageDir, ReadOnly: true})
+	}
+	return m
 }
 
 func postgresContainer(db *database, p *plan) corev1.Container {
@@ -176,7 +186,7 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		Env:             instanceEnv(db),
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
-		VolumeMounts:    instanceMounts(),
+		VolumeMounts:    instanceMounts(db),
 		// Readiness detects a lost primary: 2 failures 5 s apart start the
 		// failover's grace. A primary's probe also asks its peers (the
 		// fence, probe.sh), hence the longer timeout.
@@ -235,14 +245,14 @@ func passwordSyncContainer(db *database, p *plan) corev1.Container {
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
 		// The data volume too: the script tells a standby by its standby.signal.
-		VolumeMounts:    instanceMounts(),
+		VolumeMounts:    instanceMounts(db),
 		SecurityContext: containerSecurityContext(),
 	}
 }
 
 // instanceVolumes are the pod volumes beside the claim templates.
 func instanceVolumes(db *database) []corev1.Volume {
-	return []corev1.Volume{
+	v := []corev1.Volume{
 		scriptsVolume(db),
 		secretVolume(volApp, credentialsName(db)),
 		secretVolume(volAdmin, superuserName(db)),
@@ -254,6 +264,10 @@ func instanceVolumes(db *database) []corev1.Volume {
 			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse(shmSize)),
 		}}},
 	}
+	if db.ObjectStorage != nil {
+		v = append(v, objectStorageVolume(db))
+	}
+	return v
 }
 
 func scriptsVolume(db *database) corev1.Volume {

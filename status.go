@@ -28,6 +28,7 @@ const (
 	condRestored      = "Restored"
 	condWritable      = "Writable"
 	condScheduled     = "Scheduled"
+	condWALArchive    = "WALArchive"
 )
 
 // dbStatus is the status the function writes to the XR (docs/api.md),
@@ -142,6 +143,9 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	}
 	if c, ok := scheduledCondition(db, p, o); ok {
 		out = append(out, c)
+	}
+	if p.Archive != nil {
+		out = append(out, p.Archive.Condition)
 	}
 	return out
 }

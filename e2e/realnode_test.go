@@ -56,7 +56,7 @@ func (s *suite) realNode(t *testing.T) {
 			nodeErr = fmt.Errorf("real node: %w", nodeErr)
 			return
 		}
-		if nodeErr = s.applyRealComposition(ctx); nodeErr != nil {
+		if nodeErr = s.applyComposition(ctx, realComposition, nil); nodeErr != nil {
 			return
 		}
 		nodeErr = s.functionInPod(ctx)
@@ -67,15 +67,16 @@ func (s *suite) realNode(t *testing.T) {
 	}
 }
 
-// applyRealComposition applies example/composition.yaml under another name,
+// applyComposition applies example/composition.yaml under another name,
 // calling the installed Function, with the function input's image set to the
-// PostgreSQL image built here: what a platform does for its mirror.
-func (s *suite) applyRealComposition(ctx context.Context) error {
+// PostgreSQL image built here: what a platform does for its mirror. edit, if
+// any, changes the input further.
+func (s *suite) applyComposition(ctx context.Context, name string, edit func(input map[string]any)) error {
 	c, err := readObject(s.example("composition.yaml"))
 	if err != nil {
 		return err
 	}
-	c.SetName(realComposition)
+	c.SetName(name)
 	if err := s.useInstalledFunction(c); err != nil {
 		return err
 	}
@@ -103,6 +104,9 @@ func (s *suite) applyRealComposition(ctx context.Context) error {
 	// nodes than instances says in its input (the kwok plane has three
 	// nodes and keeps the default, Required).
 	input["spread"] = map[string]any{"nodes": "Preferred"}
+	if edit != nil {
+		edit(input)
+	}
 	step["input"] = input
 	steps[0] = step
 	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the scripts tests (go test ./scripts/) need, if missing:
-# Debian's PostgreSQL server (package postgresql) and shellcheck. Idempotent:
+# Debian's PostgreSQL server (package postgresql), pgBackRest and shellcheck. Idempotent:
 # a second run installs nothing. Prints the PostgreSQL bin directory (the
 # highest installed major) on stdout; everything else goes to stderr.
 #
@@ -28,6 +28,8 @@ bin_dir() {
 need=()
 bin_dir >/dev/null || need+=(postgresql)
 command -v shellcheck >/dev/null || need+=(shellcheck)
+# The WAL archive's tests (scripts/archive_test.go) run Debian's pgBackRest.
+command -v pgbackrest >/dev/null || need+=(pgbackrest)
 
 if ((${#need[@]})); then
 	sudo=()

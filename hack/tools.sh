@@ -3,7 +3,7 @@
 # proxy into a cache folder outside the clone, keyed by version, so a second run
 # is a no-op. Prints the bin directory on stdout.
 #
-#   hack/tools.sh            build all (crossplane, crossplane-core, crane)
+#   hack/tools.sh            build all (crossplane, crossplane-core, crane, versitygw)
 #   hack/tools.sh crossplane build one
 set -euo pipefail
 
@@ -11,6 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 CLI_VERSION=v2.5.0
 CORE_VERSION=v2.3.4
 CRANE_VERSION=v0.21.9
+S3_VERSION=v1.8.0 # versitygw (tools-s3/go.mod pins the same)
 cache=${FUNCTION_DATABASE_CACHE:-$HOME/.cache/function-database}
 bin="$cache/bin"
 mkdir -p "$bin"
@@ -36,5 +37,8 @@ case $want in all | crossplane-core)
 esac
 case $want in all | crane)
 	build crane "$CRANE_VERSION" tools github.com/google/go-containerregistry/cmd/crane ;;
+esac
+case $want in all | versitygw)
+	build versitygw "$S3_VERSION" tools-s3 github.com/versity/versitygw/cmd/versitygw ;;
 esac
 echo "$bin"

@@ -75,19 +75,21 @@ type Script struct {
 
 // Environment variable names the function sends (the builders use these).
 const (
-	EnvPodName        = "POD_NAME"
-	EnvPGData         = "PGDATA"
-	EnvPGPort         = "PGPORT"
-	EnvPGHost         = "PGHOST"
-	EnvPGUser         = "PGUSER"
-	EnvPGPassword     = "PGPASSWORD"
-	EnvDBName         = "DB_NAME"
-	EnvAppUser        = "APP_USER"
-	EnvPrimaryHost    = "PRIMARY_HOST"
-	EnvPeerDomain     = "PEER_DOMAIN"
-	EnvScriptsDir     = "SCRIPTS_DIR"
-	EnvAppSecretDir   = "APP_SECRET_DIR" //nolint:gosec // G101: a variable's name, not a credential
-	EnvAdminSecretDir = "ADMIN_SECRET_DIR"
+	EnvPodName          = "POD_NAME"
+	EnvObjectStorageDir = "OBJECT_STORAGE_DIR"
+	EnvStuckSeconds     = "STUCK_SECONDS"
+	EnvPGData           = "PGDATA"
+	EnvPGPort           = "PGPORT"
+	EnvPGHost           = "PGHOST"
+	EnvPGUser           = "PGUSER"
+	EnvPGPassword       = "PGPASSWORD"
+	EnvDBName           = "DB_NAME"
+	EnvAppUser          = "APP_USER"
+	EnvPrimaryHost      = "PRIMARY_HOST"
+	EnvPeerDomain       = "PEER_DOMAIN"
+	EnvScriptsDir       = "SCRIPTS_DIR"
+	EnvAppSecretDir     = "APP_SECRET_DIR" //nolint:gosec // G101: a variable's name, not a credential
+	EnvAdminSecretDir   = "ADMIN_SECRET_DIR"
 
 	EnvSyncInterval = "SYNC_INTERVAL"
 
@@ -138,6 +140,9 @@ var (
 	confFile   = File{Name: "postgresql.conf", Need: Expected, Meaning: "the function's settings (WAL bounds, the tier's); included last by the instances' configuration"}
 	primaryKey = File{Name: "primary", Need: Expected, Meaning: "the ordinal the function names the primary (absent: 0)"}
 	instances  = File{Name: "instances", Need: Expected, Meaning: "the number of instances (absent: PEER_ORDINALS + 1)"}
+	// pgbackrestConf is written only when the input names objectStorage:
+	// its presence is what turns the archive's parts on.
+	pgbackrestConf = File{Name: "pgbackrest.conf", Need: Optional, Meaning: "pgBackRest's configuration, when the function input names objectStorage (docs/backups.md): its presence turns archiving on"}
 )
 
 // Variables several scripts read alike.
@@ -187,7 +192,7 @@ var Contract = []Script{
 			{Name: EnvScriptsDir, Need: Required, Meaning: "the scripts ConfigMap's mount", Files: []File{
 				primaryKey, instances,
 				{Name: "initialized", Need: Optional, Meaning: "true once the Database has been ready: an empty data directory is then lost data, never initialised again"},
-				confFile,
+				confFile, pgbackrestConf,
 			}},
 			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount", Files: appFiles},
 			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
@@ -229,7 +234,7 @@ var Contract = []Script{
 			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
 			{Name: EnvPrimaryHost, Need: Expected, Meaning: "the primary a standby asks about its slot; without it no slot check"},
 			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
-			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances}},
+			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances, pgbackrestConf}},
 			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
 			peerDomain,
 			{Name: "ISOLATION_FENCE", Need: Optional, Default: "on", Meaning: "off: no isolation fence (check_isolation); on: a primary cut off from every peer and from the witness stops itself"},
@@ -239,6 +244,7 @@ var Contract = []Script{
 			{Name: "ISOLATION_REPLY_SECONDS", Need: Optional, Default: "5", Meaning: "how old the freshest standby reply may be before a primary asks whether any peer answers at all"},
 			peerTimeout, peerHosts, peerOrds,
 			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},
+			{Name: "ARCHIVE_RETRY_SECONDS", Need: Optional, Default: "60", Meaning: "seconds after a failed `pgbackrest.sh ensure` (the stanza, the first backup) before the next try"},
 			stateDir,
 			{Name: "SYNC_ONCE", Need: TestOnly, Meaning: "1: one round, then exit with its status"},
 			scramSalt,
@@ -291,6 +297,24 @@ var Contract = []Script{
 			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where the outcome goes"},
 			stateDir, peerTimeout,
 			{Name: "FAILOVER_HOSTS", Need: TestOnly, Meaning: "space-separated host:port by ordinal, replacing N-k.PEER_DOMAIN:PGPORT"},
+		},
+	},
+	{
+		Name: ArchiveCheck,
+		Does: "The WAL archive check CronJob's container (N-wal, every 5 minutes): asks the primary through the rw Service whether its archiver keeps up, and exits 0 when it does, 1 when the last archive attempt failed after the last success, a segment has waited over STUCK_SECONDS, archive_mode is off, or the primary does not answer; the function's WALArchive condition reads the verdict from the CronJob's last success and last schedule. Prints the recovery point exposure (the last archived segment's age) either way.",
+		Env: slices.Concat(jobConn, []Var{
+			{Name: EnvStuckSeconds, Need: Optional, Default: "300", Meaning: "how long a segment may wait to be archived before the check fails"},
+		}),
+	},
+	{
+		Name: Archive,
+		Does: "pgBackRest for one instance, run by postgres as its archive_command (`pgbackrest.sh push %p`: asynchronous, the spool on the data volume, the WAL waiting in pg_wal bounded by archive-push-queue-max) and by the sidecar on a primary (`pgbackrest.sh ensure`: creates the stanza, or checks that the bucket's is this cluster's, then takes a first full backup when the repository has none). Reads the bucket's keys from OBJECT_STORAGE_DIR at each call and passes them in pgBackRest's environment, never as arguments. Exits with pgBackRest's status; 1 when the configuration, the keys or pgbackrest are missing.",
+		Env: []Var{
+			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount", Files: []File{{Name: "pgbackrest.conf", Need: Required, Meaning: "pgBackRest's configuration (archive.go)"}}},
+			{Name: EnvObjectStorageDir, Need: Required, Meaning: "the mount of N-object-storage, the bucket's keys", Files: []File{
+				{Name: "AWS_ACCESS_KEY_ID", Need: Required, Meaning: "the access key"},
+				{Name: "AWS_SECRET_ACCESS_KEY", Need: Required, Meaning: "the secret key"},
+			}},
 		},
 	},
 }

@@ -581,6 +581,14 @@ standby() {
 	start_postgres "standby of $PRIMARY_HOST:$PRIMARY_PORT"
 }
 
+# An image without pgBackRest, with archiving on, would fail every
+# archive_command: the WAL would pile up in pg_wal until the volume is full.
+# pgBackRest's queue bound needs pgBackRest, so the pod holds instead.
+if [[ -f $SCRIPTS_DIR/pgbackrest.conf ]] && ! command -v pgbackrest >/dev/null; then
+	hold "the function input names objectStorage, so postgres archives its WAL with pgBackRest, but this image has no pgbackrest;" \
+		"use an image with it (docs/backups.md), or remove objectStorage from the input"
+fi
+
 if ((ordinal == $(current_primary))); then
 	primary
 else

@@ -226,6 +226,10 @@ type cluster struct {
 	appSec   string // APP_SECRET_DIR
 	adminSec string // ADMIN_SECRET_DIR
 	primary  *instance
+	// objStore is OBJECT_STORAGE_DIR and archiveEnv pgBackRest's
+	// environment, when the cluster archives (archive_test.go).
+	objStore   string
+	archiveEnv []string
 }
 
 func newCluster(t *testing.T, tl *tools, root, name string) *cluster {
@@ -366,6 +370,7 @@ func (in *instance) env(extra ...string) []string {
 		// TestFailover/a standby named the primary is about.
 		"NAMED_STANDBY_SECONDS=86400",
 	)
+	env = append(env, in.archiveEnvOf()...)
 	env = append(env, in.extra...)
 	return append(env, extra...)
 }

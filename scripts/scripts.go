@@ -34,6 +34,11 @@ const (
 	Backup        = "backup.sh"
 	Restore       = "restore.sh"
 	Failover      = "failover.sh"
+	// Archive runs pgBackRest with the bucket's credentials (the
+	// archive_command, and the sidecar's stanza and first backup).
+	Archive = "pgbackrest.sh"
+	// ArchiveCheck is the archive check CronJob's container.
+	ArchiveCheck = "archive-check.sh"
 	// Lib holds the helpers the other scripts source; it must be shipped too.
 	Lib = "lib.sh"
 )

@@ -31,7 +31,7 @@
 # Service, KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT),
 # ISOLATION_REPLY_SECONDS (default 5), PEER_TIMEOUT (default 2), PEER_DOMAIN
 # and PEER_HOSTS / PEER_ORDINALS (lib.sh peer_hosts: the peers
-# check_isolation tries),
+# check_isolation tries), ARCHIVE_RETRY_SECONDS (default 60: archive_round),
 # STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
 # script's directory: its postgresql.conf), SCRAM_TEST_SALT (tests; lib.sh
 # scram_verifier).
@@ -297,6 +297,7 @@ sync_round() {
 		return 0
 	fi
 	check_isolation "$su" || return 1
+	archive_round
 	key="$sum|$started"
 	[[ $applied != "$key" ]] || return 0
 	if ! sync_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres >/dev/null; then
@@ -306,6 +307,35 @@ sync_round() {
 	applied=$key
 	waiting=''
 	log "passwords applied from the secrets (checksum ${sum:0:12}) for roles $APP_USER, replication and superuser"
+}
+
+# archive_round: on a primary whose Database archives to object storage
+# (SCRIPTS_DIR/pgbackrest.conf exists), runs `pgbackrest.sh ensure` once per
+# postmaster start (the stanza, and a first full backup when the bucket has
+# none), in the background: a backup takes minutes and the passwords must
+# not wait for it. A failed run is tried again ARCHIVE_RETRY_SECONDS later;
+# its output is in the sidecar's log either way.
+archive_started='' # postmaster start time the ensure run succeeded for
+archive_pid=''
+archive_next=0 # now_ms before which no new run starts
+archive_round() {
+	[[ -f ${SCRIPTS_DIR:-$here}/pgbackrest.conf ]] || return 0
+	[[ $archive_started != "$started" ]] || return 0
+	if [[ -n $archive_pid ]]; then
+		kill -0 "$archive_pid" 2>/dev/null && return 0
+		if wait "$archive_pid"; then
+			archive_started=$started
+			log "archive: stanza ready and the repository holds a backup"
+		else
+			log "archive: pgbackrest.sh ensure failed (above); trying again in ${ARCHIVE_RETRY_SECONDS:-60}s"
+			archive_next=$(($(now_ms) + ${ARCHIVE_RETRY_SECONDS:-60} * 1000))
+		fi
+		archive_pid=''
+		return 0
+	fi
+	(($(now_ms) >= archive_next)) || return 0
+	bash "$here/pgbackrest.sh" ensure &
+	archive_pid=$!
 }
 
 # reload_settings: the function's postgresql.conf (in the scripts ConfigMap,

@@ -70,6 +70,70 @@ type Input struct {
 	// other.
 	// +optional
 	Spread *Spread `json:"spread,omitempty"`
+
+	// ObjectStorage is the S3-compatible bucket every Database archives its
+	// WAL to (docs/backups.md). Unset, nothing is archived.
+	// +optional
+	ObjectStorage *ObjectStorage `json:"objectStorage,omitempty"`
+}
+
+// ObjectStorage is an S3-compatible bucket, and how Databases use it.
+// Archiving needs pgBackRest in the PostgreSQL image (docs/backups.md).
+type ObjectStorage struct {
+	// Endpoint is the server's host and optional port, e.g.
+	// "s3.eu-west-1.amazonaws.com" or "minio.storage.svc:9000". Always
+	// HTTPS: the server's certificate is checked against the system's CAs,
+	// or the secret's ca.crt when it has one.
+	// +kubebuilder:validation:MinLength=1
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name; it must exist.
+	// +kubebuilder:validation:MinLength=3
+	Bucket string `json:"bucket"`
+
+	// PathPrefix is the folder in the bucket under which each Database
+	// keeps its WAL and backups, at <pathPrefix>/<namespace>/<name>.
+	// +kubebuilder:default="function-database"
+	// +optional
+	PathPrefix string `json:"pathPrefix,omitempty"`
+
+	// Region is the bucket's region (S3 signs requests with it).
+	// +kubebuilder:default="us-east-1"
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// URIStyle is how the bucket is addressed: Host (bucket.endpoint, as
+	// AWS wants) or Path (endpoint/bucket, as most self-hosted servers do).
+	// +kubebuilder:validation:Enum=Host;Path
+	// +kubebuilder:default=Host
+	// +optional
+	URIStyle string `json:"uriStyle,omitempty"`
+
+	// SecretRef names the Secret with the bucket's credentials, in keys
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and optionally the
+	// server's CA bundle in ca.crt. The function copies those keys into
+	// a Secret beside each Database (<name>-object-storage), so that a
+	// platform keeps one Secret in its own namespace.
+	SecretRef SecretReference `json:"secretRef"`
+
+	// ArchiveTimeoutSeconds forces a WAL segment switch when this many
+	// seconds passed since the last one with writes in between: the most
+	// acknowledged writes a restore from the archive can miss.
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	ArchiveTimeoutSeconds *int32 `json:"archiveTimeoutSeconds,omitempty"`
+}
+
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// Name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Namespace is the Secret's namespace.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
 }
 
 // Spread is how a Database's instances are placed on nodes and zones.

@@ -211,6 +211,9 @@ func examples(t *testing.T) []example {
 		{name: "xr", xr: "example/xr.yaml"},
 		{name: "xr-observed", xr: "example/xr.yaml", observed: "example/observed/"},
 		{name: "legacy-xr", xr: "example/legacy/xr.yaml", composition: "example/legacy/composition.yaml", xrd: "example/legacy/xrd.yaml"},
+		// The platform's object storage Secret, which the Composition's
+		// input names, as the function reads it through required resources.
+		{name: "archive-xr", xr: "example/archive/xr.yaml", composition: "example/archive/composition.yaml", xrd: "example/xrd.yaml", required: "example/archive/object-storage-secret.yaml"},
 	}
 	variants, err := filepath.Glob(filepath.Join(env.root, "example", "xrs", "*.yaml"))
 	if err != nil || len(variants) == 0 {

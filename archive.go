@@ -1,0 +1,477 @@
+package main
+
+import (
+	"maps"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+
+	"github.com/example/function-database/input/v1beta1"
+	"github.com/example/function-database/internal/wire"
+	"github.com/example/function-database/scripts"
+)
+
+// The WAL archive in object storage (docs/backups.md): every instance runs
+// archive_command through scripts/pgbackrest.sh (named so: pgBackRest's
+// backup checks that archive_command contains "pgbackrest"), which calls pgBackRest with the
+// bucket's credentials read from the mounted Secret at each call. Only a
+// primary archives (archive_mode on: a standby's archiver is idle), so the
+// archive follows a failover by itself: the promoted standby starts
+// archiving on its new timeline.
+
+// objectStorageName is the Secret N-object-storage, the bucket's keys. Not a
+// reserved suffix (names.go), as N-failover: no other Database composes a
+// Secret of that name (a Database named N-object-storage composes
+// N-object-storage-credentials), and reserving it would reject Databases
+// that exist under such a name.
+func objectStorageName(db *database) string { return db.Name + "-object-storage" }
+
+// The input's objectStorage defaults and bounds.
+const (
+	defaultPathPrefix     = "function-database"
+	defaultRegion         = "us-east-1"
+	defaultArchiveTimeout = 60
+	minArchiveTimeout     = 10
+	maxArchiveTimeout     = 3600
+
+	uriStyleHost = "Host"
+	uriStylePath = "Path"
+)
+
+// The keys of the platform's object storage Secret, copied into each
+// Database's N-object-storage Secret (and read by pgbackrest.sh from its mount).
+const (
+	keyAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	keySecretAccessKey = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // a key name, not a credential
+	keyCABundle        = "ca.crt"
+)
+
+// objectStorage is the input's objectStorage, validated, with its defaults.
+type objectStorage struct {
+	// Host and Port are the endpoint's; Port 0 is HTTPS's 443.
+	Host     string
+	Port     int
+	Bucket   string
+	Prefix   string
+	Region   string
+	URIStyle string
+	// SecretName and SecretNamespace name the platform's Secret.
+	SecretName, SecretNamespace string
+	ArchiveTimeout              int32
+}
+
+var (
+	// bucketPattern is S3's bucket naming rule (lowercase letters, digits,
+	// dots and hyphens, 3-63 characters, a letter or digit at both ends).
+	bucketPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	// prefixPattern is one or more folders: no empty segment, no "..".
+	prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$`)
+	regionPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+)
+
+// resolveObjectStorage validates the input's objectStorage: every problem
+// names its field and what is allowed.
+func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStorage, field.ErrorList) {
+	var errs field.ErrorList
+	os := &objectStorage{
+		Bucket:          in.Bucket,
+		Prefix:          or(strings.Trim(in.PathPrefix, "/"), defaultPathPrefix),
+		Region:          or(in.Region, defaultRegion),
+		URIStyle:        or(in.URIStyle, uriStyleHost),
+		SecretName:      in.SecretRef.Name,
+		SecretNamespace: in.SecretRef.Namespace,
+		ArchiveTimeout:  defaultArchiveTimeout,
+	}
+	os.Host, os.Port, errs = parseEndpoint(p.Child("endpoint"), in.Endpoint)
+	if !bucketPattern.MatchString(in.Bucket) || strings.Contains(in.Bucket, "..") {
+		errs = append(errs, field.Invalid(p.Child("bucket"), in.Bucket, "must be an S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"))
+	}
+	if !prefixPattern.MatchString(os.Prefix) || strings.Contains(os.Prefix, "..") {
+		errs = append(errs, field.Invalid(p.Child("pathPrefix"), in.PathPrefix, "must be folder names (letters, digits, '.', '_', '-') separated by '/'"))
+	}
+	if !regionPattern.MatchString(os.Region) {
+		errs = append(errs, field.Invalid(p.Child("region"), in.Region, "must be a region name such as us-east-1"))
+	}
+	if os.URIStyle != uriStyleHost && os.URIStyle != uriStylePath {
+		errs = append(errs, field.NotSupported(p.Child("uriStyle"), in.URIStyle, []string{uriStyleHost, uriStylePath}))
+	}
+	ref := p.Child("secretRef")
+	for _, m := range validation.IsDNS1123Subdomain(in.SecretRef.Name) {
+		errs = append(errs, field.Invalid(ref.Child("name"), in.SecretRef.Name, m))
+	}
+	for _, m := range validation.IsDNS1123Label(in.SecretRef.Namespace) {
+		errs = append(errs, field.Invalid(ref.Child("namespace"), in.SecretRef.Namespace, m))
+	}
+	if t := in.ArchiveTimeoutSeconds; t != nil {
+		if *t < minArchiveTimeout || *t > maxArchiveTimeout {
+			errs = append(errs, field.Invalid(p.Child("archiveTimeoutSeconds"), *t, "must be between "+strconv.Itoa(minArchiveTimeout)+" and "+strconv.Itoa(maxArchiveTimeout)+" seconds"))
+		}
+		os.ArchiveTimeout = *t
+	}
+	return os, errs
+}
+
+// parseEndpoint splits host[:port]. A scheme is refused rather than
+// stripped: the archive is always HTTPS, and "http://" would say otherwise.
+func parseEndpoint(p *field.Path, endpoint string) (string, int, field.ErrorList) {
+	if strings.Contains(endpoint, "://") || strings.Contains(endpoint, "/") {
+		return "", 0, field.ErrorList{field.Invalid(p, endpoint, "must be host or host:port, without a scheme or a path (the archive always uses HTTPS)")}
+	}
+	host, port := endpoint, 0
+	if h, ps, err := net.SplitHostPort(endpoint); err == nil {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			return "", 0, field.ErrorList{field.Invalid(p, endpoint, "the port must be a number from 1 to 65535")}
+		}
+		host, port = h, n
+	}
+	if net.ParseIP(host) == nil {
+		if msgs := validation.IsDNS1123Subdomain(host); len(msgs) > 0 {
+			return "", 0, field.ErrorList{field.Invalid(p, endpoint, "the host must be a DNS name or an IP address: "+strings.Join(msgs, "; "))}
+		}
+	}
+	return host, port, nil
+}
+
+// archiveSettings are the settings that turn archiving on. archive_mode
+// needs a restart (a roll, once, when a platform first names a bucket);
+// archive_command and archive_timeout are reloaded.
+func archiveSettings(db *database) map[string]string {
+	return map[string]string{
+		"archive_mode":    "on",
+		"archive_command": "bash " + scriptsDir + "/" + scripts.Archive + " push %p",
+		"archive_timeout": strconv.Itoa(int(db.ObjectStorage.ArchiveTimeout)) + "s",
+	}
+}
+
+// pgbackrestStanza is the one stanza of a Database's repository: the
+// repository's path is the Database's own (repo1-path), so one name serves.
+const pgbackrestStanza = "db"
+
+// pgbackrestConf is pgBackRest's configuration, shipped in the scripts
+// ConfigMap (key pgbackrest.conf). No secret is in it: pgbackrest.sh passes
+// the keys from the mounted Secret in pgBackRest's environment variables.
+// queueMax bounds the WAL waiting in pg_wal for an unreachable bucket:
+// beyond it pgBackRest drops segments (the archive then has a gap, and the
+// next base backup starts a new chain) rather than fill the data volume.
+func pgbackrestConf(db *database, p *plan, hasCA bool) string {
+	os := db.ObjectStorage
+	uri := "host"
+	if os.URIStyle == uriStylePath {
+		uri = "path"
+	}
+	lines := []string{
+		"# pgBackRest for " + db.Namespace + "/" + db.Name + ", written by function-database.",
+		"[global]",
+		"repo1-type=s3",
+		"repo1-s3-endpoint=" + os.Host,
+		"repo1-s3-bucket=" + os.Bucket,
+		"repo1-s3-region=" + os.Region,
+		"repo1-s3-uri-style=" + uri,
+		"repo1-path=/" + os.Prefix + "/" + db.Namespace + "/" + db.Name,
+	}
+	if os.Port != 0 {
+		lines = append(lines, "repo1-storage-port="+strconv.Itoa(os.Port))
+	}
+	if hasCA {
+		lines = append(lines, "repo1-storage-ca-file="+objectStorageDir+"/"+keyCABundle)
+	}
+	lines = append(lines,
+		"archive-async=y",
+		"spool-path="+dataDir+"/pgbackrest-spool",
+		"archive-push-queue-max="+strconv.FormatInt(archiveQueueMax(dataVolume(p)), 10)+"MiB",
+		"lock-path="+tmpDir+"/pgbackrest",
+		"log-level-console=warn",
+		"log-level-stderr=off",
+		"log-level-file=off",
+		"start-fast=y",
+		// A push waits this long for the asynchronous process before
+		// failing, and an unreachable bucket's segments are dropped past
+		// the queue only when that process runs again: half the default
+		// (60 s) halves how long WAL can pile up first.
+		"archive-timeout=30",
+		// Two full backups and the WAL since the older one: a restore
+		// reaches any point since then. (Scheduled backups and their
+		// retention are the next step: docs/backups.md.)
+		"repo1-retention-full=2",
+		"compress-type=lz4",
+		"",
+		"["+pgbackrestStanza+"]",
+		"pg1-path="+pgData,
+		"pg1-port="+strconv.Itoa(postgresPort),
+		"pg1-socket-path="+socketDir,
+		"pg1-user="+superuser,
+		"",
+	)
+	return strings.Join(lines, "\n")
+}
+
+// archiveQueueMax is an eighth of the data volume in MiB, at least 64: with
+// max_wal_size at a quarter and the slots' bound at an eighth (walSettings),
+// WAL stays within half the volume when the bucket cannot be reached.
+func archiveQueueMax(volume resource.Quantity) int64 {
+	return max(64, (volume.Value()>>20)/8)
+}
+
+// objectStorageSecret copies the platform's Secret's keys beside the
+// Database: pods can mount only Secrets of their own namespace. Nil when
+// the source is not (yet) known: the pods mount N-object-storage as
+// optional, and pgbackrest.sh fails each push (WAL waits, bounded) until it
+// exists.
+func objectStorageSecret(db *database, src map[string][]byte) *corev1.Secret {
+	if src == nil {
+		return nil
+	}
+	data := make(map[string][]byte, 3)
+	for _, k := range []string{keyAccessKeyID, keySecretAccessKey, keyCABundle} {
+		if v, ok := src[k]; ok {
+			data[k] = v
+		}
+	}
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      objectStorageName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentBackup),
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+// objectStorageVolume mounts N-object-storage. Optional: a missing Secret
+// must not keep a primary from starting; archiving waits for it instead.
+func objectStorageVolume(db *database) corev1.Volume {
+	return corev1.Volume{Name: volObjectStorage, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  objectStorageName(db),
+		DefaultMode: ptr.To[int32](secretsMode),
+		Optional:    ptr.To(true),
+	}}}
+}
+
+// objectStorageSelector asks Crossplane for the platform's Secret.
+func objectStorageSelector(os *objectStorage) *fnv1.ResourceSelector {
+	return &fnv1.ResourceSelector{
+		ApiVersion: "v1", Kind: "Secret", Namespace: ptr.To(os.SecretNamespace),
+		Match: &fnv1.ResourceSelector_MatchName{MatchName: os.SecretName},
+	}
+}
+
+// objectStorageLookup is what the required resources say of the platform's
+// Secret: Resolved once Crossplane answered, Data nil when it is missing.
+type objectStorageLookup struct {
+	Resolved bool
+	Data     map[string][]byte
+}
+
+// secretData is what the function reads of the platform's Secret.
+var secretData = wire.Fields{"data": nil}
+
+// lookupObjectStorage reads the platform's Secret from the request.
+// Crossplane sends Secret data base64-encoded, as the API server does.
+func lookupObjectStorage(req *fnv1.RunFunctionRequest) objectStorageLookup {
+	rs, ok := req.GetRequiredResources()[requirementObjectStorage]
+	if !ok {
+		return objectStorageLookup{}
+	}
+	out := objectStorageLookup{Resolved: true}
+	for _, r := range rs.GetItems() {
+		var s corev1.Secret
+		if err := wire.Decode(r.GetResource(), secretData, &s); err != nil {
+			continue
+		}
+		out.Data = maps.Clone(s.Data)
+		if out.Data == nil {
+			out.Data = map[string][]byte{}
+		}
+	}
+	return out
+}
+
+// archivePlan is what happens about the WAL archive: the Secret to compose,
+// and the WALArchive condition.
+type archivePlan struct {
+	// Secret is N-object-storage: the platform's Secret's keys, or the
+	// observed copy while the platform's Secret is missing (never dropped:
+	// deleting it would stop the archive of every Database at once).
+	Secret    *corev1.Secret
+	Condition condition
+}
+
+// The WALArchive condition's reasons.
+const (
+	reasonArchiveSecretAbsent = "ObjectStorageSecretMissing"
+	reasonArchiveSecretKeys   = "ObjectStorageSecretIncomplete"
+)
+
+func planArchive(db *database, o *observed) *archivePlan {
+	os := db.ObjectStorage
+	if os == nil {
+		return nil
+	}
+	ref := os.SecretNamespace + "/" + os.SecretName
+	where := "s3://" + os.Bucket + "/" + os.Prefix + "/" + db.Namespace + "/" + db.Name
+	a := &archivePlan{}
+	src := o.ObjectStorageSource
+	switch {
+	case src.Data != nil:
+		a.Secret = objectStorageSecret(db, src.Data)
+	case o.ObjectStorage != nil:
+		a.Secret = objectStorageSecret(db, o.ObjectStorage.Data)
+	}
+	var missing []string
+	for _, k := range []string{keyAccessKeyID, keySecretAccessKey} {
+		if a.Secret == nil || len(a.Secret.Data[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	switch {
+	case src.Resolved && src.Data == nil:
+		msg := "the object storage Secret " + ref + " (input.objectStorage.secretRef) does not exist: create it with keys " + keyAccessKeyID + " and " + keySecretAccessKey
+		if a.Secret != nil {
+			msg += "; the copy " + objectStorageName(db) + " is kept meanwhile"
+		} else {
+			msg += "; until then no WAL is archived (it waits in pg_wal, up to archive-push-queue-max)"
+		}
+		a.Condition = condition{condWALArchive, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveSecretAbsent, msg}
+	case len(missing) > 0 && (src.Resolved || a.Secret != nil):
+		a.Condition = condition{condWALArchive, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveSecretKeys,
+			"the object storage Secret " + ref + " has no " + strings.Join(missing, " and ") + ": no WAL can be archived to " + where + " until it has"}
+	default:
+		a.Condition = archiveCheckCondition(db, o.ArchiveCheck, where)
+	}
+	return a
+}
+
+// hasCA tells whether the composed copy carries a CA bundle for the
+// endpoint's certificate.
+func (a *archivePlan) hasCA() bool {
+	return a != nil && a.Secret != nil && len(a.Secret.Data[keyCABundle]) > 0
+}
+
+// The archive check (N-wal): a CronJob that asks the primary whether its
+// archiver keeps up (scripts/archive-check.sh) and ends with the answer, so
+// that the CronJob's status tells the WALArchive condition whether the
+// archive works: the function has no clock and reads no bucket, and a pod's
+// readiness cannot carry it (a sidecar not ready takes the whole pod out of
+// its Services and starts a failover).
+const (
+	// archiveCheckSchedule: a failing archive is a condition within
+	// archiveCheckMinutes (plus a reconcile).
+	archiveCheckSchedule = "*/5 * * * *"
+	archiveCheckMinutes  = 5
+	// archiveStuckSeconds is how long a segment may wait to be archived.
+	archiveStuckSeconds = 300
+)
+
+// archiveCheckName is the CronJob N-wal: CronJob names are limited to 52
+// characters and N to 45. Not reserved, as N-failover.
+func archiveCheckName(db *database) string { return db.Name + "-wal" }
+
+func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
+	env := append(adminEnv(db), corev1.EnvVar{Name: scripts.EnvStuckSeconds, Value: strconv.Itoa(archiveStuckSeconds)})
+	return &batchv1.CronJob{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      archiveCheckName(db),
+			Namespace: db.Namespace,
+			Labels:    labels(db, componentArchiveCheck),
+		},
+		Spec: batchv1.CronJobSpec{
+			Schedule:                   archiveCheckSchedule,
+			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
+			StartingDeadlineSeconds:    ptr.To[int64](archiveCheckMinutes * 60),
+			SuccessfulJobsHistoryLimit: ptr.To[int32](1),
+			FailedJobsHistoryLimit:     ptr.To[int32](1),
+			JobTemplate: batchv1.JobTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentArchiveCheck)},
+				Spec: batchv1.JobSpec{
+					// One attempt: the next run is the retry, and a failure
+					// must reach the CronJob's status, not be retried away.
+					BackoffLimit:          ptr.To[int32](0),
+					ActiveDeadlineSeconds: ptr.To[int64](120),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentArchiveCheck)},
+						Spec: podSpecDefaults(corev1.PodSpec{
+							RestartPolicy: corev1.RestartPolicyNever,
+							Containers: []corev1.Container{{
+								Name:            containerArchiveCheck,
+								Image:           p.Image,
+								ImagePullPolicy: corev1.PullIfNotPresent,
+								Command:         []string{"bash", scriptsDir + "/" + scripts.ArchiveCheck},
+								Env:             env,
+								Resources: corev1.ResourceRequirements{
+									Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+									Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+								},
+								VolumeMounts: []corev1.VolumeMount{
+									{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+									{Name: volTmp, MountPath: tmpDir},
+								},
+								SecurityContext: containerSecurityContext(),
+							}},
+							Volumes: []corev1.Volume{
+								scriptsVolume(db),
+								{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+							},
+						}),
+					},
+				},
+			},
+		},
+	}
+}
+
+// The WALArchive condition's reasons from the check.
+const (
+	reasonArchiveNotChecked = "NotCheckedYet"
+	reasonArchiveKeepsUp    = "Archiving"
+	reasonArchiveFailing    = "ArchiveFailing"
+)
+
+// archiveCheckCondition reads the check CronJob's status: its last run
+// succeeded (True), failed (False), or none has run (Unknown). While a run
+// is active the previous verdict stands: the previous run succeeded when the
+// last success is within one schedule interval of the current run's.
+func archiveCheckCondition(db *database, cj *batchv1.CronJob, where string) condition {
+	if cj == nil || cj.Status.LastScheduleTime == nil {
+		return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked,
+			"the primary archives its WAL to " + where + "; the first check (CronJob " + archiveCheckName(db) + ", every " + strconv.Itoa(archiveCheckMinutes) + " minutes) has not run yet"}
+	}
+	sched, succ := cj.Status.LastScheduleTime, cj.Status.LastSuccessfulTime
+	ok := succ != nil && !succ.Before(sched)
+	if !ok && len(cj.Status.Active) > 0 && succ != nil {
+		ok = !succ.Add(archiveCheckMinutes*time.Minute + time.Minute).Before(sched.Time)
+	}
+	if ok {
+		return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp,
+			"the primary archives its WAL to " + where + ": the check at " + stamp(succ) + " found no failed attempt and no segment waiting over " + strconv.Itoa(archiveStuckSeconds) + " s"}
+	}
+	if len(cj.Status.Active) > 0 && succ == nil {
+		// Running, and no run ever succeeded: the first one, or one after
+		// failures; either way no verdict yet.
+		return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked,
+			"a check of the archive to " + where + " is running; none has succeeded yet"}
+	}
+	msg := "the check scheduled at " + stamp(sched) + " found the archive to " + where + " failing or behind (its Job's log says which: failed attempts, a segment waiting, archive_mode off)"
+	if succ != nil {
+		msg += "; last good check at " + stamp(succ)
+	}
+	return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing,
+		msg + ". While it fails, WAL waits in pg_wal up to an eighth of the data volume, then is dropped (a gap in the archive)"}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/input/v1beta1"
+)
+
+// archiveExample is the archive example's first reconcile, with the
+// platform's Secret in the cluster.
+func archiveExample(t *testing.T) *fnv1.RunFunctionResponse {
+	t.Helper()
+	return runTest(t, xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), compositionInput(t, "example/archive/composition.yaml")))
+}
+
+// pgbackrestConfGolden is the archive example's pgbackrest.conf, which the
+// scripts tests run real pgBackRest with (scripts/archive_test.go), their
+// paths, endpoint and repository path overridden in pgBackRest's
+// environment: the function's own file is what is proved to archive.
+const pgbackrestConfGolden = "scripts/testdata/pgbackrest.conf"
+
+func TestPgbackrestConf(t *testing.T) {
+	rsp := archiveExample(t)
+	cm := decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource())
+	got := cm.Data[keyPgbackrestConf]
+	if got == "" {
+		t.Fatal("the archive example's ConfigMap has no pgbackrest.conf")
+	}
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(pgbackrestConfGolden), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pgbackrestConfGolden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(pgbackrestConfGolden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("%s is stale; run go test -run TestPgbackrestConf -update (-golden +composed):\n%s", pgbackrestConfGolden, d)
+	}
+	// Every option is one pgBackRest 2.45 knows, with a value it takes:
+	// its own parser reads the file (info, which reaches for the bucket and
+	// fails there, after the options were read; a misspelt option is a
+	// warning, a bad value an error).
+	if _, err := exec.LookPath("pgbackrest"); err != nil {
+		if os.Getenv("FNDB_REQUIRE_TOOLS") != "" || os.Getenv("CI") != "" {
+			t.Fatal("pgbackrest not found (hack/install-postgres.sh installs it)")
+		}
+		t.Skip("pgbackrest not found (hack/install-postgres.sh installs it)")
+	}
+	conf := filepath.Join(t.TempDir(), "pgbackrest.conf")
+	if err := os.WriteFile(conf, []byte(got), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("pgbackrest", "--config="+conf, "--stanza=db", "--log-level-console=warn", "--io-timeout=1", "info")
+	cmd.Env = append(os.Environ(), "PGBACKREST_REPO1_S3_KEY=k", "PGBACKREST_REPO1_S3_KEY_SECRET=s")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "stanza: db") || strings.Contains(string(out), "WARN") || strings.Contains(string(out), "ERROR") {
+		t.Errorf("pgbackrest does not take the composed configuration as it is:\n%s", out)
+	}
+}
+
+func TestArchiveComposed(t *testing.T) {
+	rsp := archiveExample(t)
+	desired := rsp.GetDesired().GetResources()
+	s := decodeInto[corev1.Secret](t, desired[string(rnObjectStorage)].GetResource())
+	if s.Name != "ledger-object-storage" || s.Namespace != "shop" {
+		t.Errorf("the copy is %s/%s, want shop/ledger-object-storage", s.Namespace, s.Name)
+	}
+	if string(s.Data[keyAccessKeyID]) != "EXAMPLEACCESSKEY" || len(s.Data[keySecretAccessKey]) == 0 {
+		t.Errorf("the copy's keys: %v", s.Data)
+	}
+	cm := decodeInto[corev1.ConfigMap](t, desired[string(rnScripts)].GetResource())
+	for _, want := range []string{"archive_mode = 'on'", "archive_command = 'bash /opt/database/scripts/pgbackrest.sh push %p'", "archive_timeout = '60s'"} {
+		if !strings.Contains(cm.Data[keyPostgresqlConf], want) {
+			t.Errorf("postgresql.conf lacks %s:\n%s", want, cm.Data[keyPostgresqlConf])
+		}
+	}
+	sel := rsp.GetRequirements().GetResources()[requirementObjectStorage]
+	if sel.GetKind() != "Secret" || sel.GetMatchName() != "pg-archive" || sel.GetNamespace() != "crossplane-system" {
+		t.Errorf("requires %v, want the Secret crossplane-system/pg-archive", sel)
+	}
+	cond := conditionOf(rsp, condWALArchive)
+	if cond == nil || cond.GetStatus() != fnv1.Status_STATUS_CONDITION_UNKNOWN || cond.GetReason() != reasonArchiveNotChecked {
+		t.Errorf("WALArchive condition %v, want Unknown %s", cond, reasonArchiveNotChecked)
+	}
+	cj := decodeInto[batchv1.CronJob](t, desired[string(rnArchiveCheck)].GetResource())
+	if cj.Name != "ledger-wal" || cj.Spec.Schedule != archiveCheckSchedule {
+		t.Errorf("the archive check is CronJob %s on %q", cj.Name, cj.Spec.Schedule)
+	}
+}
+
+// TestArchiveCheckCondition: WALArchive follows the check CronJob's last
+// run, and a run in progress keeps the previous verdict.
+func TestArchiveCheckCondition(t *testing.T) {
+	db := &database{Name: "ledger"}
+	ts := func(s string) *metav1.Time { return at(t, s) }
+	cases := []struct {
+		name   string
+		status *batchv1.CronJobStatus
+		want   fnv1.Status
+		reason string
+	}{
+		{"no CronJob yet", nil, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked},
+		{"never scheduled", &batchv1.CronJobStatus{}, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked},
+		{"the last run succeeded", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), LastSuccessfulTime: ts("2026-12-02T10:05:04Z")}, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp},
+		{"the last run failed", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), LastSuccessfulTime: ts("2026-12-02T10:00:04Z")}, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing},
+		{"never succeeded", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z")}, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing},
+		{"running, the previous one succeeded", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), LastSuccessfulTime: ts("2026-12-02T10:00:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-1"}}}, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp},
+		{"running, the previous one failed", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:10:00Z"), LastSuccessfulTime: ts("2026-12-02T10:00:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-2"}}}, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing},
+		{"the first run running", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-1"}}}, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var cj *batchv1.CronJob
+			if tc.status != nil {
+				cj = &batchv1.CronJob{Status: *tc.status}
+			}
+			c := archiveCheckCondition(db, cj, "s3://b/p")
+			if c.Status != tc.want || c.Reason != tc.reason {
+				t.Errorf("got %v %s (%s), want %v %s", c.Status, c.Reason, c.Message, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+// TestArchiveSecretKept: the platform's Secret deleted, the copy beside
+// the Database stays as it was (dropping it would stop every Database's
+// archive at once), and the condition says so.
+func TestArchiveSecretKept(t *testing.T) {
+	req := xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), compositionInput(t, "example/archive/composition.yaml"))
+	rsp := runTest(t, req)
+	feedBack(t, req, rsp, true)
+	// A cluster without the platform's Secret.
+	var cluster []*structpb.Struct
+	for _, o := range exampleCluster(t) {
+		if stringAt(o, "kind") != "Secret" {
+			cluster = append(cluster, o)
+		}
+	}
+	rsp = runTestIn(t, req, cluster)
+	s := decodeInto[corev1.Secret](t, rsp.GetDesired().GetResources()[string(rnObjectStorage)].GetResource())
+	if string(s.Data[keyAccessKeyID]) != "EXAMPLEACCESSKEY" {
+		t.Errorf("the copy was not kept: %v", s.Data)
+	}
+	cond := conditionOf(rsp, condWALArchive)
+	if cond == nil || cond.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE || cond.GetReason() != reasonArchiveSecretAbsent || !strings.Contains(cond.GetMessage(), "is kept") {
+		t.Errorf("WALArchive condition %v, want False %s saying the copy is kept", cond, reasonArchiveSecretAbsent)
+	}
+}
+
+func TestResolveObjectStorage(t *testing.T) {
+	valid := func() *v1beta1.ObjectStorage {
+		return &v1beta1.ObjectStorage{Endpoint: "s3.example.com", Bucket: "pg-archive", SecretRef: v1beta1.SecretReference{Name: "s3", Namespace: "crossplane-system"}}
+	}
+	cases := []struct {
+		name   string
+		edit   func(*v1beta1.ObjectStorage)
+		want   *objectStorage
+		errors []string // field paths, in order
+	}{
+		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60}, nil},
+		{"host and port, path style", func(o *v1beta1.ObjectStorage) {
+			o.Endpoint, o.URIStyle, o.PathPrefix, o.ArchiveTimeoutSeconds = "10.0.0.7:9000", "Path", "/prod/eu/", ptr.To[int32](30)
+		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30}, nil},
+		{"a scheme", func(o *v1beta1.ObjectStorage) { o.Endpoint = "https://s3.example.com" }, nil, []string{"input.objectStorage.endpoint"}},
+		{"a bad port", func(o *v1beta1.ObjectStorage) { o.Endpoint = "s3.example.com:99999" }, nil, []string{"input.objectStorage.endpoint"}},
+		{"a bad bucket", func(o *v1beta1.ObjectStorage) { o.Bucket = "PG_Archive" }, nil, []string{"input.objectStorage.bucket"}},
+		{"a climbing prefix", func(o *v1beta1.ObjectStorage) { o.PathPrefix = "a/../b" }, nil, []string{"input.objectStorage.pathPrefix"}},
+		{"an unknown style", func(o *v1beta1.ObjectStorage) { o.URIStyle = "Virtual" }, nil, []string{"input.objectStorage.uriStyle"}},
+		{"no secret", func(o *v1beta1.ObjectStorage) { o.SecretRef = v1beta1.SecretReference{} }, nil, []string{"input.objectStorage.secretRef.name", "input.objectStorage.secretRef.namespace"}},
+		{"a timeout too short", func(o *v1beta1.ObjectStorage) { o.ArchiveTimeoutSeconds = ptr.To[int32](1) }, nil, []string{"input.objectStorage.archiveTimeoutSeconds"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := valid()
+			tc.edit(in)
+			got, errs := resolveObjectStorage(field.NewPath("input", "objectStorage"), in)
+			var paths []string
+			for _, e := range errs {
+				paths = append(paths, e.Field)
+			}
+			if d := cmp.Diff(tc.errors, paths); d != "" {
+				t.Fatalf("errors (-want +got):\n%s\n%v", d, errs)
+			}
+			if tc.want != nil {
+				if d := cmp.Diff(tc.want, got); d != "" {
+					t.Errorf("resolved (-want +got):\n%s", d)
+				}
+			}
+		})
+	}
+}

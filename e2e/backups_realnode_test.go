@@ -1,0 +1,248 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// The WAL archive in object storage on real pods (docs/backups.md): a real
+// S3 server (versitygw's posix gateway, built by hack/tools.sh) on this
+// machine over TLS with a CA of its own, reached by the pods as
+// s3.storage.svc.cluster.local through a Service, as a platform's in-cluster
+// object storage would be; the platform's Secret in its own namespace, read
+// by Crossplane with its real permissions and copied beside each Database.
+
+const (
+	archivedComposition = "database-real-archived"
+	s3Namespace         = "storage"
+	s3Service           = "s3"
+	s3Bucket            = "pg-archive"
+	s3SecretNamespace   = "platform-secrets"
+	s3SecretName        = "pg-archive"
+)
+
+// objectStore is the running S3 server and where its bucket is on disk.
+type objectStore struct {
+	bucketDir string
+	proc      *proc
+}
+
+var (
+	s3Once sync.Once
+	s3Val  *objectStore
+	s3Err  error
+)
+
+// objectStorage starts the S3 server and the Composition that archives to
+// it, once per suite.
+func (s *suite) objectStorage(t *testing.T) *objectStore {
+	t.Helper()
+	s3Once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		s3Val, s3Err = s.startObjectStorage(ctx)
+	})
+	if s3Err != nil {
+		t.Fatalf("object storage: %v", s3Err)
+	}
+	return s3Val
+}
+
+func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
+	dir := filepath.Join(s.dir, "s3")
+	o := &objectStore{bucketDir: filepath.Join(dir, "data", s3Bucket)}
+	if err := os.MkdirAll(o.bucketDir, 0o755); err != nil {
+		return nil, err
+	}
+	ca, err := newCA("function-database e2e object storage CA")
+	if err != nil {
+		return nil, err
+	}
+	host := s3Service + "." + s3Namespace + ".svc.cluster.local"
+	// pgBackRest checks DNS names only (an IP SAN is ignored).
+	certPEM, keyPEM, err := ca.issue(certSpec{cn: host, dns: []string{host}, server: true})
+	if err != nil {
+		return nil, err
+	}
+	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	if err := os.WriteFile(cert, certPEM, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	const access, secret = "e2e-archive", "e2e-archive-secret/key"
+	// On the bridge address, as CoreDNS and the API server's forwarder:
+	// on this machine only, reached by the pods through a Service.
+	o.proc = newProc(s.dir, "versitygw", s.node.binary("versitygw"),
+		"--port", bridgeIP+":"+strconv.Itoa(port), "--cert", cert, "--key", key, "--quiet", "posix", filepath.Join(dir, "data"))
+	o.proc.env = []string{"ROOT_ACCESS_KEY=" + access, "ROOT_SECRET_KEY=" + secret}
+	if err := o.proc.start(); err != nil {
+		return nil, err
+	}
+	if err := retry(ctx, 30*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(bridgeIP, strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}); err != nil {
+		return nil, fmt.Errorf("versitygw not listening: %w\n%s", err, tailFile(o.proc.log, 20))
+	}
+	cs := s.k.cs
+	for _, ns := range []string{s3Namespace, s3SecretNamespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: s3Service, Namespace: s3Namespace},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(port), Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := cs.CoreV1().Services(s3Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s3Service, Namespace: s3Namespace,
+			Labels: map[string]string{discoveryv1.LabelServiceName: s3Service, discoveryv1.LabelManagedBy: "function-database-e2e"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{bridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(s3Namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: s3SecretName, Namespace: s3SecretNamespace},
+		Data:       map[string][]byte{"AWS_ACCESS_KEY_ID": []byte(access), "AWS_SECRET_ACCESS_KEY": []byte(secret), "ca.crt": ca.certPEM},
+	}
+	if _, err := cs.CoreV1().Secrets(s3SecretNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	err = s.applyComposition(ctx, archivedComposition, func(input map[string]any) {
+		input["objectStorage"] = map[string]any{
+			"endpoint": host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
+			"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
+			"archiveTimeoutSeconds": int64(10),
+		}
+	})
+	return o, err
+}
+
+// repository is where a Database's pgBackRest repository is in the bucket.
+func (o *objectStore) repository(ns, db string) string {
+	return filepath.Join(o.bucketDir, "function-database", ns, db)
+}
+
+// archivedSegment is the file of WAL segment seg in a repository, or "".
+func (o *objectStore) archivedSegment(ns, db, seg string) string {
+	matches, _ := filepath.Glob(filepath.Join(o.repository(ns, db), "archive", "db", "*", seg[:16], seg+"-*"))
+	if len(matches) == 0 {
+		return ""
+	}
+	return matches[0]
+}
+
+func TestBackups(t *testing.T) {
+	s := env
+	s.realNode(t)
+	store := s.objectStorage(t)
+	s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { s.archiveFollowsFailover(t, store) })
+}
+
+// archiveFollowsFailover: a Database archives its WAL and a first full
+// backup to the bucket; its primary lost, the promoted standby archives on
+// its new timeline, with nothing done by hand.
+func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore) {
+	const ns, db = "backups-real", "ledger"
+	s.realNamespace(t, ns)
+	u := realDatabase(t, ns, db, "medium", nil)
+	if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.create(t, u)
+	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
+	start := time.Now()
+	s.waitRealReady(t, d)
+	t.Logf("ready in %s", time.Since(start).Round(time.Second))
+
+	// The platform's Secret, read by Crossplane core with its own
+	// permissions, copied beside the Database.
+	if got := s.secretKey(t, ns, db+"-object-storage", "AWS_ACCESS_KEY_ID"); got != "e2e-archive" {
+		t.Errorf("the copied Secret's access key is %q", got)
+	}
+	repo := store.repository(ns, db)
+	eventually(t, 3*time.Minute, "the first full backup in the bucket", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(repo, "backup", "db", "backup.info"))
+		return err == nil && strings.Contains(string(b), "F={"), fmt.Sprintf("backup.info: %v; sidecar: %s", err, lastLines(s.podLog(ns, db+"-0", "password-sync"), 5))
+	})
+	t.Logf("first full backup in the bucket %s after creation", time.Since(start).Round(time.Second))
+	seg := s.superSQL(ns, db+"-0", "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, time.Minute, "segment "+seg+" in the bucket", func() (bool, string) {
+		return store.archivedSegment(ns, db, seg) != "", s.superSQL(ns, db+"-0", "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")
+	})
+
+	// The primary lost (frozen until a standby is promoted).
+	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := time.Now()
+	thaw := holdFrozen(t, pod.Name, string(pod.UID))
+	defer thaw()
+	eventually(t, 4*time.Minute, "a standby promoted", func() (bool, string) {
+		u := d.get(t)
+		c := getCondition(u, "Failover")
+		return str(u, "status", "primary") == db+"-1", fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(ns))
+	})
+	t.Logf("promoted %s after the freeze", time.Since(fault).Round(time.Second))
+	thaw()
+
+	// The promoted standby archives its timeline: its segments reach the
+	// bucket without anything done by hand.
+	promotedAt := time.Now()
+	var tl2 string
+	eventually(t, 2*time.Minute, "a segment of the new timeline in the bucket", func() (bool, string) {
+		if tl2 == "" || store.archivedSegment(ns, db, tl2) == "" {
+			out := s.superSQL(ns, db+"-1", "SELECT pg_walfile_name(pg_switch_wal())")
+			if strings.HasPrefix(out, "00000002") {
+				tl2 = out
+			}
+		}
+		return tl2 != "" && store.archivedSegment(ns, db, tl2) != "", fmt.Sprintf("switched %q; %s", tl2, s.superSQL(ns, db+"-1", "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver"))
+	})
+	t.Logf("segment %s of timeline 2 in the bucket %s after the promotion", tl2, time.Since(promotedAt).Round(time.Second))
+	if h, _ := filepath.Glob(filepath.Join(repo, "archive", "db", "*", "00000002.history")); len(h) == 0 {
+		t.Error("no 00000002.history in the bucket: a restore could not follow the new timeline")
+	}
+	// The check CronJob (every 5 minutes) says so in WALArchive.
+	eventually(t, 7*time.Minute, "WALArchive True", func() (bool, string) {
+		c := getCondition(d.get(t), "WALArchive")
+		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
+	})
+	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,425 @@
+package scripts
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The WAL archive on real pgBackRest (Debian's) and a real S3 server
+// (versitygw's posix gateway, built by hack/tools.sh) over TLS with its own
+// CA, on loopback. The instances run the function's own pgbackrest.conf
+// (testdata/pgbackrest.conf, which the function's TestPgbackrestConf keeps
+// equal to what it composes); pgBackRest's environment overrides only what
+// differs on a test machine: the paths, the endpoint and the repository.
+
+// s3Server is a running versitygw.
+type s3Server struct {
+	bin, dir, ca, cert, key string
+	port                    int
+	access, secret          string
+	cmd                     *exec.Cmd
+	log                     *os.File
+}
+
+// versitygw finds the server hack/tools.sh built.
+func versitygw(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("VERSITYGW"); p != "" {
+		return p
+	}
+	cache := os.Getenv("FUNCTION_DATABASE_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "function-database")
+	}
+	p := filepath.Join(cache, "bin", "versitygw")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" || os.Getenv("FNDB_REQUIRE_TOOLS") != "" {
+			t.Fatalf("versitygw not found at %s (hack/tools.sh versitygw builds it)", p)
+		}
+		t.Skipf("versitygw not found at %s (skipping; hack/tools.sh versitygw builds it)", p)
+	}
+	return p
+}
+
+// startS3 starts an S3 server on 127.0.0.1 over TLS, with one bucket.
+// pgBackRest 2.45 checks the server's name against DNS names only (an IP
+// SAN is ignored), so the endpoint is "localhost".
+func startS3(t *testing.T, root string) *s3Server {
+	t.Helper()
+	if _, err := exec.LookPath("pgbackrest"); err != nil {
+		missing(t, "pgbackrest not found")
+	}
+	s := &s3Server{bin: versitygw(t), dir: filepath.Join(root, "s3"), port: freePort(t), access: "fndbaccess", secret: "fndb-secret/key+1"}
+	if err := os.MkdirAll(filepath.Join(s.dir, "data", "pg-archive"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.ca, s.cert, s.key = writeTLS(t, s.dir)
+	s.start(t)
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *s3Server) start(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.dir, "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Absolute paths: the posix backend changes its working directory to
+	// the data root.
+	cmd := exec.Command(s.bin, "--port", "127.0.0.1:"+strconv.Itoa(s.port), "--cert", s.cert, "--key", s.key, "--quiet",
+		"posix", filepath.Join(s.dir, "data"))
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.access, "ROOT_SECRET_KEY="+s.secret)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd, s.log = cmd, f
+	waitFor(t, 30*time.Second, "versitygw listening", func() error {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
+
+func (s *s3Server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.log.Close()
+	s.cmd = nil
+}
+
+// writeTLS writes a CA and a server certificate for localhost signed by it.
+func writeTLS(t *testing.T, dir string) (ca, cert, key string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fndb test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cert, key = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	for path, block := range map[string]*pem.Block{
+		ca: {Type: "CERTIFICATE", Bytes: caDER}, cert: {Type: "CERTIFICATE", Bytes: srvDER}, key: {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// archived makes c's instances archive to s: the function's
+// pgbackrest.conf and archive settings in the scripts folder, the bucket's
+// keys in the object storage Secret's folder, and pgBackRest's environment
+// for what differs on this machine. Call before the instances start.
+func (c *cluster) archived(t *testing.T, s *s3Server, extra ...string) {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join("testdata", "pgbackrest.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(c.scripts, "pgbackrest.conf"), string(conf))
+	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), testTier+
+		"archive_mode = 'on'\n"+
+		"archive_command = 'bash "+filepath.Join(c.scripts, Archive)+" push %p'\n"+
+		"archive_timeout = '60s'\n")
+	c.objStore = c.tl.mkdir(t, filepath.Join(c.root, "secret-object-storage"))
+	writeFile(t, filepath.Join(c.objStore, "AWS_ACCESS_KEY_ID"), s.access)
+	writeFile(t, filepath.Join(c.objStore, "AWS_SECRET_ACCESS_KEY"), s.secret)
+	c.archiveEnv = append([]string{
+		"OBJECT_STORAGE_DIR=" + c.objStore,
+		"PGBACKREST_REPO1_S3_ENDPOINT=localhost",
+		"PGBACKREST_REPO1_STORAGE_PORT=" + strconv.Itoa(s.port),
+		"PGBACKREST_REPO1_STORAGE_CA_FILE=" + s.ca,
+		"PGBACKREST_REPO1_PATH=/test/" + c.name,
+		"PGBACKREST_IO_TIMEOUT=10",
+	}, extra...)
+}
+
+// archiveEnvOf is pgBackRest's environment for one instance: its paths.
+func (in *instance) archiveEnvOf() []string {
+	if in.c.archiveEnv == nil {
+		return nil
+	}
+	return append(append([]string{}, in.c.archiveEnv...),
+		"PGBACKREST_PG1_PATH="+in.pgdata,
+		"PGBACKREST_PG1_PORT="+strconv.Itoa(in.port),
+		"PGBACKREST_PG1_SOCKET_PATH="+in.sock,
+		"PGBACKREST_SPOOL_PATH="+filepath.Join(in.dir, "data", "pgbackrest-spool"),
+		"PGBACKREST_LOCK_PATH="+filepath.Join(in.state, "pgbackrest"),
+	)
+}
+
+// archiveCheck runs archive-check.sh against in as the check CronJob's
+// container would (the superuser over TCP), with its output.
+func (c *cluster) archiveCheck(t *testing.T, in *instance) (string, error) {
+	t.Helper()
+	env := append(c.tl.baseEnv(c.root), "PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(in.port), "PGUSER="+c.su,
+		"PGPASSWORD="+c.secret(t, "superuser", "password"), "DB_NAME="+c.db, "STUCK_SECONDS=120")
+	return c.script(time.Minute, env, ArchiveCheck)
+}
+
+// archiver is pg_stat_archiver of a running instance: the last segment
+// archived and the failures.
+func (c *cluster) archiver(t *testing.T, in *instance) (last string, failed int) {
+	t.Helper()
+	row := c.superSQL(t, in, "postgres", "SELECT coalesce(last_archived_wal, ''), failed_count FROM pg_stat_archiver")
+	parts := strings.SplitN(row, "|", 2)
+	if len(parts) != 2 {
+		t.Fatalf("pg_stat_archiver: %q", row)
+	}
+	n, _ := strconv.Atoi(parts[1])
+	return parts[0], n
+}
+
+// switchAndWait closes the current WAL segment and waits until it is
+// archived; it returns the segment's name and how long that took.
+func (c *cluster) switchAndWait(t *testing.T, in *instance, timeout time.Duration) (string, time.Duration) {
+	t.Helper()
+	seg := c.superSQL(t, in, "postgres", "SELECT pg_walfile_name(pg_switch_wal())")
+	took := waitFor(t, timeout, "segment "+seg+" archived", func() error {
+		if last, _ := c.archiver(t, in); last < seg {
+			return fmt.Errorf("last archived %q", last)
+		}
+		return nil
+	})
+	return seg, took
+}
+
+// restoreInto runs pgbackrest restore (through pgbackrest.sh, as a restore
+// would in a pod) into a new data directory, then starts that copy on its
+// own port with pgbackrest.sh as its restore_command, and returns the port once
+// the copy has recovered and promoted. target: "" for the latest point, or
+// a time.
+func (c *cluster) restoreInto(t *testing.T, in *instance, target string) (port int, took time.Duration) {
+	t.Helper()
+	dir := c.tl.mkdir(t, filepath.Join(c.root, fmt.Sprintf("restored-%d", time.Now().UnixNano())))
+	data := filepath.Join(dir, "pgdata")
+	args := []string{"--pg1-path=" + data, "--archive-mode=off",
+		"--recovery-option=restore_command=bash " + filepath.Join(c.scripts, Archive) + " get %f \"%p\""}
+	if target != "" {
+		args = append(args, "--type=time", "--target="+target, "--target-action=promote")
+	}
+	start := time.Now()
+	out, err := c.script(5*time.Minute, in.env(), Archive, append([]string{"--log-level-console=info", "restore"}, args...)...)
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	port = freePort(t)
+	sock := c.tl.mkdir(t, filepath.Join(dir, "run"))
+	// The copy's own paths (archive-get writes relative to pg1-path).
+	env := append(in.env(), "PGBACKREST_PG1_PATH="+data, "PGBACKREST_PG1_PORT="+strconv.Itoa(port), "PGBACKREST_PG1_SOCKET_PATH="+sock,
+		"PGBACKREST_SPOOL_PATH="+filepath.Join(dir, "spool"), "PGBACKREST_LOCK_PATH="+filepath.Join(dir, "lock"))
+	cmd := c.tl.command(t.Context(), dir, env, filepath.Join(c.tl.bin, "pg_ctl"), "-D", data, "-w", "-t", "120", "-l", filepath.Join(dir, "postgres.log"),
+		"-o", fmt.Sprintf("-p %d -k %s -c cluster_name=restored -c listen_addresses=127.0.0.1", port, sock), "start")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+		t.Fatalf("starting the restored copy: %v\n%s\n%s", err, out, tail(string(log), 30))
+	}
+	t.Cleanup(func() {
+		stop := c.tl.command(t.Context(), dir, env, filepath.Join(c.tl.bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop")
+		_ = stop.Run()
+	})
+	waitFor(t, 2*time.Minute, "the restored copy promoted", func() error {
+		out, err := c.psql(port, c.su, c.secret(t, "superuser", "password"), "postgres", "SELECT pg_is_in_recovery()")
+		if err != nil {
+			return err
+		}
+		if out != "f" {
+			return errors.New("still in recovery")
+		}
+		return nil
+	})
+	return port, time.Since(start)
+}
+
+func TestArchive(t *testing.T) {
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	s3 := startS3(t, root)
+
+	t.Run("a primary archives, and its first backup makes the archive restorable to a point in time", func(t *testing.T) {
+		c := newCluster(t, tl, root, "pitr")
+		c.archived(t, s3)
+		p := c.instance(0)
+		p.start(t)
+		p.waitReady(t, 2*time.Minute)
+		side := startSidecar(t, c, p)
+		took := waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
+			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
+		})
+		t.Logf("stanza and first full backup: %v", took.Round(time.Millisecond))
+		// Before the stanza exists, pushes fail (postgres retries them);
+		// from then on, none may.
+		_, failedBefore := c.archiver(t, p)
+
+		c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
+		c.appSQL(t, p, "INSERT INTO t (id) SELECT generate_series(1, 100)")
+		// The target: after the first 100 rows' commit, before the next.
+		target := c.superSQL(t, p, "postgres", "SELECT clock_timestamp()")
+		time.Sleep(1100 * time.Millisecond) // the next commit is a clock tick later
+		c.appSQL(t, p, "INSERT INTO t (id) SELECT generate_series(101, 150)")
+		seg, took := c.switchAndWait(t, p, time.Minute)
+		t.Logf("segment %s archived %v after the switch", seg, took.Round(time.Millisecond))
+		if _, failed := c.archiver(t, p); failed != failedBefore {
+			t.Errorf("%d archive_command failures after the stanza was created", failed-failedBefore)
+		}
+
+		if out, err := c.archiveCheck(t, p); err != nil || !strings.Contains(out, "the archive keeps up") {
+			t.Errorf("archive-check.sh on an archiving primary: %v\n%s", err, out)
+		}
+
+		port, took := c.restoreInto(t, p, target)
+		t.Logf("restore to %s, recovery and promotion: %v", target, took.Round(time.Millisecond))
+		got, err := c.psql(port, c.su, c.secret(t, "superuser", "password"), c.db, "SELECT count(*), max(id) FROM t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != "100|100" {
+			t.Errorf("restored to %s: count|max = %s, want 100|100 (every row committed before the target, none after)", target, got)
+		}
+	})
+
+	t.Run("the archive follows a promoted standby onto its timeline", func(t *testing.T) {
+		c := newCluster(t, tl, root, "follow")
+		c.archived(t, s3)
+		p, s := c.instance(0), c.instance(1)
+		p.start(t)
+		p.waitReady(t, 2*time.Minute)
+		side := startSidecar(t, c, p)
+		s.start(t)
+		s.waitReady(t, 2*time.Minute)
+		waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
+			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
+		})
+		c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY)")
+		c.appSQL(t, p, "INSERT INTO t SELECT generate_series(1, 10)")
+		c.switchAndWait(t, p, time.Minute)
+		// The primary lost; the standby promoted (as failover.sh does).
+		p.kill()
+		if err := s.pgctl("promote", "-w"); err != nil {
+			t.Fatal(err)
+		}
+		c.appSQL(t, s, "INSERT INTO t SELECT generate_series(11, 20)")
+		seg, took := c.switchAndWait(t, s, 2*time.Minute)
+		if !strings.HasPrefix(seg, "00000002") {
+			t.Errorf("the promoted standby archived %s, want a segment of timeline 2", seg)
+		}
+		t.Logf("the promoted standby archived %s %v after the switch", seg, took.Round(time.Millisecond))
+		// The archive restores to the latest point: the rows written on
+		// the new timeline too.
+		port, _ := c.restoreInto(t, s, "")
+		got, err := c.psql(port, c.su, c.secret(t, "superuser", "password"), c.db, "SELECT count(*) FROM t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != "20" {
+			t.Errorf("restored to the latest point: %s rows, want 20", got)
+		}
+	})
+
+	t.Run("an unreachable bucket neither stops writes nor fills pg_wal, and archiving resumes", func(t *testing.T) {
+		c := newCluster(t, tl, root, "unreachable")
+		// A queue of 64 MiB: four segments past it, pgBackRest drops WAL.
+		c.archived(t, s3, "PGBACKREST_ARCHIVE_PUSH_QUEUE_MAX=64MiB")
+		p := c.instance(0)
+		p.start(t)
+		p.waitReady(t, 2*time.Minute)
+		side := startSidecar(t, c, p)
+		waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
+			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
+		})
+		s3.stop()
+		defer s3.start(t)
+		c.appSQL(t, p, "CREATE TABLE big (id int, pad text)")
+		// The check fails once an attempt failed after the last success.
+		c.superSQL(t, p, "postgres", "SELECT pg_switch_wal()")
+		waitFor(t, 3*time.Minute, "archive-check.sh failing with the bucket down", func() error {
+			out, err := c.archiveCheck(t, p)
+			if err == nil {
+				return errors.New("it passes: " + out)
+			}
+			return containsErr(out, "archiving fails")
+		})
+		walDir := filepath.Join(p.pgdata, "pg_wal")
+		peak := int64(0)
+		for i := range 30 {
+			c.appSQL(t, p, fmt.Sprintf("INSERT INTO big SELECT g, repeat(md5(g::text), 40) FROM generate_series(%d, %d) g", i*10000, i*10000+9999))
+			c.superSQL(t, p, "postgres", "SELECT pg_switch_wal()")
+			peak = max(peak, dirSize(walDir))
+		}
+		written := c.superSQL(t, p, "postgres", "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+		t.Logf("wrote %s bytes of WAL with the bucket down; pg_wal reached %s while writing", written, mb(peak))
+		// The bound: pgBackRest's asynchronous push, failing to reach the
+		// bucket, drops what is past its queue (acknowledging it to
+		// postgres, which then recycles it at a checkpoint). It acts when
+		// its next run starts, so the WAL written meanwhile waits: the
+		// bound holds within a bounded time, not at every instant.
+		limit := int64(256+64+32) << 20 // max_wal_size in testTier, the queue, a segment in flight
+		took := waitFor(t, 3*time.Minute, "pg_wal back within "+mb(limit), func() error {
+			c.superSQL(t, p, "postgres", "CHECKPOINT")
+			if n := dirSize(walDir); n > limit {
+				return fmt.Errorf("pg_wal holds %s", mb(n))
+			}
+			return containsErr(p.logs(), "dropped WAL file")
+		})
+		t.Logf("pg_wal within %s %v after the writes, segments past the queue dropped", mb(limit), took.Round(time.Millisecond))
+		s3.start(t)
+		seg, took := c.switchAndWait(t, p, 3*time.Minute)
+		t.Logf("archiving resumed: %s archived %v after the bucket returned", seg, took.Round(time.Millisecond))
+	})
+}
