@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"regexp"
@@ -182,7 +183,7 @@ func pgbackrestConf(db *database, p *plan, hasCA bool) string {
 		"repo1-s3-bucket=" + os.Bucket,
 		"repo1-s3-region=" + os.Region,
 		"repo1-s3-uri-style=" + uri,
-		"repo1-path=/" + os.Prefix + "/" + db.Namespace + "/" + db.Name,
+		"repo1-path=" + repoPath(os, db.Namespace, db.Name),
 	}
 	if os.Port != 0 {
 		lines = append(lines, "repo1-storage-port="+strconv.Itoa(os.Port))
@@ -218,6 +219,79 @@ func pgbackrestConf(db *database, p *plan, hasCA bool) string {
 		"",
 	)
 	return strings.Join(lines, "\n")
+}
+
+// repoPath is the repository of Database name in namespace ns in the bucket.
+func repoPath(os *objectStorage, ns, name string) string {
+	return "/" + os.Prefix + "/" + ns + "/" + name
+}
+
+// archiveRestoreKeys are the scripts ConfigMap's keys that make the first
+// primary restore from an archive (entrypoint.sh restore_primary): written
+// while the Database was never ready only, so that no later start restores
+// over data.
+func archiveRestoreKeys(db *database, p *plan, data map[string]string) {
+	r := db.RestoreFrom
+	if r == nil || r.From != restoreFromArchive || db.ObjectStorage == nil || p.Initialized || p.Restore == nil || !p.Restore.Pending {
+		return
+	}
+	data[keyRestoreRepo] = repoPath(db.ObjectStorage, db.Namespace, r.Database)
+	data[keyRestoreSource] = strings.ReplaceAll(r.Database, "-", "_")
+	if r.PointInTime != "" {
+		t, _ := time.Parse(time.RFC3339Nano, r.PointInTime) // validated in parseSpec
+		// pgBackRest reads this form to pick the backup before the
+		// target (it takes no 'T'); postgres reads it too.
+		data[keyRestoreTarget] = t.UTC().Format("2006-01-02 15:04:05.999999-07")
+	}
+}
+
+// planArchiveRestore is planRestore for spec.restoreFrom from Archive: no
+// Job; the first primary restores itself (archiveRestoreKeys), and the
+// Database's first readiness is the restore's completion.
+func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
+	spec, rec := db.RestoreFrom, o.RestoreRecord
+	want := restoreStatus{Source: spec.Database, Backup: archiveBackup, PointInTime: spec.PointInTime}
+	to := "its end"
+	if spec.PointInTime != "" {
+		to = spec.PointInTime
+	}
+	where := "s3://" + db.ObjectStorage.Bucket + repoPath(db.ObjectStorage, db.Namespace, spec.Database)
+	switch {
+	case rec != nil && rec.Completed:
+		var b []blocked
+		if rec.Source != want.Source || rec.Backup != want.Backup || rec.PointInTime != want.PointInTime {
+			b = append(b, blocked{reasonRestoreAfterCreate, fmt.Sprintf(
+				"spec.restoreFrom names the archive of %s to %s, but %s/%s%s was restored: a restore runs once, at creation, and never over data; create a new Database to restore again",
+				spec.Database, to, rec.Source, rec.Backup, pointOf(rec))})
+		}
+		return &restorePlan{Status: rec, Condition: archiveRestored(rec)}, b
+	case p.Initialized && rec == nil:
+		return nil, []blocked{{reasonRestoreAfterCreate, "spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from " + spec.Database}}
+	case p.Initialized:
+		// Ready once: the first primary restored, replayed and promoted
+		// before it could be.
+		st := want
+		st.Completed = true
+		return &restorePlan{Status: &st, Condition: archiveRestored(&st)}, nil
+	}
+	return &restorePlan{Status: &want, Pending: true, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
+		"the first primary restores the archive of " + spec.Database + " (" + where + ") to " + to + ": the newest full backup before it, then the WAL up to it; the Database is ready once replayed (a target the archive does not reach holds the pod, saying so)"}}, nil
+}
+
+// archiveBackup is status.restore.backup of a restore from the archive.
+const archiveBackup = "archive"
+
+const reasonRestoreFromArchive = "RestoringFromArchive"
+
+func pointOf(st *restoreStatus) string {
+	if st.PointInTime == "" {
+		return " (to the archive's end)"
+	}
+	return " to " + st.PointInTime
+}
+
+func archiveRestored(st *restoreStatus) condition {
+	return condition{condRestored, fnv1.Status_STATUS_CONDITION_TRUE, reasonRestoreSucceeded, "restored the archive of " + st.Source + pointOf(st)}
 }
 
 // archiveQueueMax is an eighth of the data volume in MiB, at least 64: with

@@ -208,3 +208,63 @@ func TestResolveObjectStorage(t *testing.T) {
 		})
 	}
 }
+
+// TestArchiveRestore: a new Database restored from another's archive: the
+// first primary gets the source's repository and the target in its
+// ConfigMap until it has been ready, then status.restore records it.
+func TestArchiveRestore(t *testing.T) {
+	xr := yamlStruct(t, `apiVersion: example.com/v1
+kind: Database
+metadata: {name: ledger-copy, namespace: shop}
+spec:
+  version: "16"
+  size: medium
+  restoreFrom: {database: ledger, from: Archive, pointInTime: "2026-12-02T07:43:28.082071+01:00"}`)
+	req := xrRequest(xr, compositionInput(t, "example/archive/composition.yaml"))
+	rsp := runTest(t, req)
+	cm := decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource())
+	want := map[string]string{keyRestoreRepo: "/prod/shop/ledger", keyRestoreSource: "ledger", keyRestoreTarget: "2026-12-02 06:43:28.082071+00"}
+	for k, v := range want {
+		if cm.Data[k] != v {
+			t.Errorf("ConfigMap %s = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	if rsp.GetDesired().GetResources()[string(rnRestore)] != nil {
+		t.Error("a restore Job composed for a restore from the archive")
+	}
+	if c := conditionOf(rsp, condRestored); c.GetReason() != reasonRestoreFromArchive {
+		t.Errorf("Restored %v, want %s", c, reasonRestoreFromArchive)
+	}
+	// Ready once: restored.
+	for range 3 {
+		feedBack(t, req, rsp, true)
+		rsp = runTest(t, req)
+	}
+	cm = decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource())
+	for k := range want {
+		if _, ok := cm.Data[k]; ok {
+			t.Errorf("ConfigMap keeps %s once the Database has been ready: a later start would restore over data", k)
+		}
+	}
+	if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || !strings.Contains(c.GetMessage(), "2026-12-02T06:43:28.082071Z") {
+		t.Errorf("Restored %v, want True naming the point", c)
+	}
+	st := rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["restore"].GetStructValue()
+	if st.GetFields()["completed"].GetBoolValue() != true || st.GetFields()["pointInTime"].GetStringValue() != "2026-12-02T06:43:28.082071Z" || st.GetFields()["backup"].GetStringValue() != "archive" {
+		t.Errorf("status.restore = %v", st)
+	}
+}
+
+func TestArchiveRestoreInvalid(t *testing.T) {
+	for _, tc := range []struct{ name, restore, input, field string }{
+		{"a point in time of a volume backup", `{database: ledger, pointInTime: "2026-12-02T07:00:00Z"}`, "example/archive/composition.yaml", "spec.restoreFrom.pointInTime"},
+		{"not a time", `{database: ledger, from: Archive, pointInTime: "yesterday"}`, "example/archive/composition.yaml", "spec.restoreFrom.pointInTime"},
+		{"no archive in this Composition", `{database: ledger, from: Archive}`, "example/composition.yaml", "spec.restoreFrom.from"},
+		{"an unknown source", `{database: ledger, from: Tape}`, "example/archive/composition.yaml", "spec.restoreFrom.from"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			xr := yamlStruct(t, "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: ledger-copy, namespace: shop}\nspec: {version: \"16\", size: small, restoreFrom: "+tc.restore+"}")
+			assertFatal(t, tc.name, runTest(t, xrRequest(xr, compositionInput(t, tc.input))), tc.field)
+		})
+	}
+}

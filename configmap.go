@@ -120,6 +120,7 @@ func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 	}
 	if db.ObjectStorage != nil {
 		data[keyPgbackrestConf] = pgbackrestConf(db, p, p.Archive.hasCA())
+		archiveRestoreKeys(db, p, data)
 	}
 	data[keyPrimary] = strconv.Itoa(p.Primary)
 	data[keyInstances] = strconv.Itoa(int(p.Replicas))

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -44,6 +45,9 @@ const (
 	deletionDelete = "Delete"
 
 	restoreLatest = "latest"
+	// spec.restoreFrom.from: the volume backups or the WAL archive.
+	restoreFromBackups = "Backups"
+	restoreFromArchive = "Archive"
 	// maxRestoreAttempt bounds spec.restoreFrom.attempt (the XRDs say the
 	// same): a counter raised by hand never gets near it.
 	maxRestoreAttempt = 1000
@@ -90,6 +94,12 @@ type backupSpec struct {
 type restoreSpec struct {
 	Database string `json:"database"`
 	Backup   string `json:"backup,omitempty"`
+	// From is Backups (the volume dumps, a restore Job) or Archive (the
+	// WAL archive in object storage, restored by the first primary
+	// itself: archive.go); PointInTime the archive's point to restore to
+	// (RFC 3339), empty for its end.
+	From        string `json:"from,omitempty"`
+	PointInTime string `json:"pointInTime,omitempty"`
 	// Attempt asks for a new run of a restore that did not complete: a
 	// value other than the one the restore Job ran with replaces the Job
 	// (restore.go). It does nothing once the restore completed.
@@ -420,6 +430,27 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		}
 		if !backupPattern.MatchString(rs.Backup) {
 			errs = append(errs, field.Invalid(rp.Child("backup"), rs.Backup, "must be 'latest' or a backup file name (letters, digits, '.', '_', '-')"))
+		}
+		switch rs.From {
+		case "", restoreFromBackups:
+			rs.From = restoreFromBackups
+			if rs.PointInTime != "" {
+				errs = append(errs, field.Invalid(rp.Child("pointInTime"), rs.PointInTime, "a point in time needs from: Archive (the WAL archive in object storage); the volume backups are points of their own (backup)"))
+			}
+		case restoreFromArchive:
+			if db.ObjectStorage == nil {
+				errs = append(errs, field.Invalid(rp.Child("from"), rs.From, "this Composition's function input names no objectStorage, so there is no archive to restore from: use from: Backups, or a Composition whose input archives to a bucket (docs/backups.md)"))
+			}
+			if rs.PointInTime != "" {
+				t, err := time.Parse(time.RFC3339, rs.PointInTime)
+				if err != nil {
+					errs = append(errs, field.Invalid(rp.Child("pointInTime"), rs.PointInTime, "must be an RFC 3339 time, e.g. 2026-12-02T10:15:00Z"))
+				} else {
+					rs.PointInTime = t.UTC().Format(time.RFC3339Nano)
+				}
+			}
+		default:
+			errs = append(errs, field.NotSupported(rp.Child("from"), rs.From, []string{restoreFromBackups, restoreFromArchive}))
 		}
 		if rs.Attempt < 0 || rs.Attempt > maxRestoreAttempt {
 			errs = append(errs, field.Invalid(rp.Child("attempt"), rs.Attempt, fmt.Sprintf("must be between 0 and %d: raise it by one to run a failed restore again", maxRestoreAttempt)))

@@ -154,6 +154,12 @@ const (
 	// the input's objectStorage only. Not in the config hash: pgBackRest
 	// reads it at each call.
 	keyPgbackrestConf = "pgbackrest.conf"
+	// keyRestoreRepo, keyRestoreSource and keyRestoreTarget make the
+	// first primary restore from another Database's archive
+	// (archiveRestoreKeys).
+	keyRestoreRepo   = "restore-repo"
+	keyRestoreSource = "restore-source"
+	keyRestoreTarget = "restore-target"
 )
 
 // Required-resources keys: Crossplane calls again with what each selects.

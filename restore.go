@@ -96,9 +96,12 @@ const (
 // restoreStatus is status.restore: what was asked for and how it went. Once
 // Completed, the function reads it back as the record of the restore.
 type restoreStatus struct {
-	Source         string       `json:"source"`
-	Backup         string       `json:"backup"`
-	Attempt        int64        `json:"attempt,omitempty"`
+	Source  string `json:"source"`
+	Backup  string `json:"backup"`
+	Attempt int64  `json:"attempt,omitempty"`
+	// PointInTime is the archive's point a restore from the archive
+	// restored to (RFC 3339); empty: the archive's end, or a volume backup.
+	PointInTime    string       `json:"pointInTime,omitempty"`
 	Completed      bool         `json:"completed"`
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
@@ -140,6 +143,9 @@ func planRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 	spec := db.RestoreFrom
 	if spec == nil {
 		return nil, nil
+	}
+	if spec.From == restoreFromArchive {
+		return planArchiveRestore(db, p, o)
 	}
 	rec, job := o.RestoreRecord, o.Restore
 	switch {
@@ -422,9 +428,10 @@ func readRestoreRecord(xr *structpb.Struct) *restoreStatus {
 		return nil
 	}
 	st := &restoreStatus{
-		Source:    stringAt(s, "source"),
-		Backup:    stringAt(s, "backup"),
-		Completed: s.GetFields()["completed"].GetBoolValue(),
+		Source:      stringAt(s, "source"),
+		Backup:      stringAt(s, "backup"),
+		PointInTime: stringAt(s, "pointInTime"),
+		Completed:   s.GetFields()["completed"].GetBoolValue(),
 	}
 	if n, ok := s.GetFields()["attempt"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 && n.NumberValue <= maxRestoreAttempt {
 		st.Attempt = int64(n.NumberValue)

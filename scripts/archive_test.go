@@ -332,6 +332,33 @@ func TestArchive(t *testing.T) {
 		if got != "100|100" {
 			t.Errorf("restored to %s: count|max = %s, want 100|100 (every row committed before the target, none after)", target, got)
 		}
+
+		// A new Database restored from this one's archive by its own
+		// entrypoint (spec.restoreFrom source Archive): the rows before the
+		// target, under its own names and passwords, archiving to its own
+		// repository.
+		cp := newCluster(t, tl, root, "pitr-copy")
+		cp.archived(t, s3)
+		writeFile(t, filepath.Join(cp.scripts, "restore-repo"), "/test/pitr")
+		writeFile(t, filepath.Join(cp.scripts, "restore-source"), c.db)
+		writeFile(t, filepath.Join(cp.scripts, "restore-target"), target)
+		cq := cp.instance(0)
+		start := time.Now()
+		cq.start(t)
+		took = cq.waitReady(t, 3*time.Minute)
+		t.Logf("a new Database restored to %s and ready in %v", target, took.Round(time.Millisecond))
+		if got := cp.appSQL(t, cq, "SELECT count(*), max(id) FROM t"); got != "100|100" {
+			t.Errorf("the restored Database %s has count|max %s, want 100|100", cp.db, got)
+		}
+		if got := cp.superSQL(t, cq, "postgres", "SELECT current_setting('recovery_target_time') || '|' || current_setting('restore_command')"); got != "|" {
+			t.Errorf("the restored primary keeps recovery settings %q: a standby cloned from it would stop at the target", got)
+		}
+		cside := startSidecar(t, cp, cq)
+		waitFor(t, 3*time.Minute, "the copy's own stanza and first backup", func() error {
+			return containsErr(cside.log(), "archive: stanza ready and the repository holds a backup")
+		})
+		seg, took = cp.switchAndWait(t, cq, time.Minute)
+		t.Logf("the copy archives to its own repository: %s %v after the switch (%v after its start)", seg, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("the archive follows a promoted standby onto its timeline", func(t *testing.T) {

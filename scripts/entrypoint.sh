@@ -287,6 +287,112 @@ init_primary() {
 	log "primary bootstrapped in $((SECONDS - started))s: database $DB_NAME owned by $APP_USER, replication role, superuser $superuser"
 }
 
+# restore_sql SOURCE_SQL_NAME: after a restore from another Database's
+# archive, its app database and role take this Database's names (a restored
+# copy of orders serving as orders-copy answers as orders_copy), and every
+# role this Database's Secrets' passwords (the source's are not this
+# Database's). Passwords travel as psql variables, as in bootstrap_sql.
+restore_sql() {
+	local src=$1 su_pw repl repl_pw app_pw
+	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
+	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
+	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
+	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	scram_verifier su_pw "$su_pw" || return 1
+	scram_verifier repl_pw "$repl_pw" || return 1
+	scram_verifier app_pw "$app_pw" || return 1
+	psql_set su "$superuser"
+	psql_set su_pw "$su_pw"
+	psql_set repl "$repl"
+	psql_set repl_pw "$repl_pw"
+	psql_set src "$src"
+	psql_set app "$APP_USER"
+	psql_set app_pw "$app_pw"
+	psql_set db "$DB_NAME"
+	cat <<-'SQL'
+		SET log_statement = 'none';
+		SET log_min_duration_statement = -1;
+		SET log_min_error_statement = 'panic';
+		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
+		ALTER ROLE :"repl" WITH PASSWORD :'repl_pw';
+		SELECT :'src' <> :'db' AS rename \gset
+		\if :rename
+		ALTER DATABASE :"src" RENAME TO :"db";
+		ALTER ROLE :"src" RENAME TO :"app";
+		\endif
+		ALTER ROLE :"app" WITH PASSWORD :'app_pw';
+		-- The recovery settings pgBackRest wrote: a standby cloned from this
+		-- copy must not stop at the restore's target, nor fetch WAL from the
+		-- source's archive.
+		ALTER SYSTEM RESET restore_command;
+		ALTER SYSTEM RESET recovery_target_time;
+		ALTER SYSTEM RESET recovery_target_action;
+		ALTER SYSTEM RESET recovery_target;
+		ALTER SYSTEM RESET recovery_target_timeline;
+	SQL
+}
+
+# restore_primary: a new Database's first primary, restored from another
+# Database's WAL archive (the scripts ConfigMap's restore-repo, written by the
+# function at creation only: spec.restoreFrom with source Archive) to the
+# point restore-target names (RFC 3339), or to the archive's end without one.
+# pgBackRest restores the newest full backup before the target, postgres
+# replays the archive to it (restore_command: pgbackrest.sh get-from, the
+# source's repository), promotes, and this Database's names and passwords
+# are applied (restore_sql). Then it is bootstrapped as an initdb'd primary
+# would be; its own archive starts on its new timeline (the sidecar creates
+# its stanza). A target the archive does not reach stops postgres: the pod
+# holds, saying so.
+restore_primary() {
+	local started=$SECONDS repo target='' src args=() row
+	read_file_into repo "$SCRIPTS_DIR/restore-repo" || die "restore-repo unreadable"
+	read_file_into src "$SCRIPTS_DIR/restore-source" || die "restore-source unreadable"
+	if [[ -s $SCRIPTS_DIR/restore-target ]]; then
+		read_file_into target "$SCRIPTS_DIR/restore-target" || die "restore-target unreadable"
+	fi
+	set_state initializing
+	log "restoring a new primary in $PGDATA from the archive at $repo, to ${target:-the end of the archive}"
+	wipe_dir "$PGDATA"
+	args=(--repo1-path="$repo" --pg1-path="$PGDATA" --log-level-console=info
+		"--recovery-option=restore_command=bash $here/pgbackrest.sh get-from $repo %f \"%p\"")
+	if [[ -n $target ]]; then
+		args+=(--type=time --target="$target" --target-action=promote)
+	fi
+	bash "$here/pgbackrest.sh" restore "${args[@]}" >&2 ||
+		hold "pgBackRest could not restore from $repo (above): check restoreFrom and the bucket, then delete this pod"
+	write_config
+	trap 'pg_ctl -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
+	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses='' -c synchronous_standby_names=''" start >&2 ||
+		hold "the restored copy did not start (above)"
+	# Replay runs until the target, then promotes; a target past the
+	# archive's end stops postgres (it never reached it).
+	until row=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres -c "SELECT pg_is_in_recovery()" 2>/dev/null) && [[ $row == f ]]; do
+		if ! pg_ctl -D "$PGDATA" status >/dev/null 2>&1; then
+			trap - EXIT
+			hold "postgres stopped while replaying the archive of $repo to ${target:-its end} (the log above says why:" \
+				"a target after the archive's last transaction is never reached); fix restoreFrom in a new Database"
+		fi
+		sleep_interruptibly 1
+	done
+	restore_sql "$src" | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres >&2
+	pg_ctl -D "$PGDATA" -m fast -w -t 120 stop >&2
+	trap - EXIT
+	rm -f "$PGDATA/recovery.signal" "$PGDATA/standby.signal"
+	date -u +%Y-%m-%dT%H:%M:%SZ >"$BOOTSTRAP_MARKER"
+	sync "$BOOTSTRAP_MARKER" "$PGDATA"
+	log "primary restored in $((SECONDS - started))s from $repo to ${target:-the end of the archive}: database $src served as $DB_NAME"
+}
+
+# new_primary: a new Database's first primary: restored from an archive
+# when the function says so (restore-repo), else initdb.
+new_primary() {
+	if [[ -s $SCRIPTS_DIR/restore-repo ]]; then
+		restore_primary
+	else
+		init_primary
+	fi
+}
+
 # refuse_initdb_if_peer_answers WHY: the `initialized` key lives in a
 # ConfigMap that can be deleted; a standby's postgres, though, only ever runs
 # on a completed clone of this Database's primary. If one answers (accepting,
@@ -328,7 +434,7 @@ primary() {
 				"into a new Database), then delete this pod"
 		fi
 		refuse_initdb_if_peer_answers "data directory $PGDATA is empty"
-		init_primary
+		new_primary
 	elif [[ ! -f $BOOTSTRAP_MARKER && ! -f $CLONE_MARKER ]]; then
 		if [[ $initialized == true ]]; then
 			hold "data directory $PGDATA has no bootstrap marker ($BOOTSTRAP_MARKER) but this Database was initialised before;" \
@@ -336,7 +442,7 @@ primary() {
 		fi
 		refuse_initdb_if_peer_answers "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER)"
 		log "data directory $PGDATA holds an unfinished bootstrap (no $BOOTSTRAP_MARKER): starting over"
-		init_primary
+		new_primary
 	else
 		check_version
 		# Stopped cut off from every peer (sync-passwords.sh

@@ -7,6 +7,10 @@
 #                              spool is on the data volume, bounded by
 #                              archive-push-queue-max in pgbackrest.conf)
 #   pgbackrest.sh get SEGMENT PATH  a restore_command
+#   pgbackrest.sh get-from REPOSITORY_PATH SEGMENT PATH
+#                              the restore_command of a Database restored
+#                              from another's archive (entrypoint.sh
+#                              restore_primary)
 #   pgbackrest.sh ensure          on a primary (the sidecar): create the stanza,
 #                              or check that the bucket's is this cluster's;
 #                              then take a first full backup when the
@@ -42,7 +46,7 @@ export PGBACKREST_REPO1_S3_KEY PGBACKREST_REPO1_S3_KEY_SECRET
 
 backrest() { pgbackrest --config="$conf" --stanza="$stanza" "$@"; }
 
-[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | ensure | COMMAND [ARG...]"
+[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | get-from REPOSITORY_PATH SEGMENT PATH | ensure | COMMAND [ARG...]"
 case $1 in
 push)
 	[[ $# -eq 2 ]] || die "usage: pgbackrest.sh push PATH"
@@ -51,6 +55,11 @@ push)
 get)
 	[[ $# -eq 3 ]] || die "usage: pgbackrest.sh get SEGMENT PATH"
 	exec pgbackrest --config="$conf" --stanza="$stanza" archive-get "$2" "$3"
+	;;
+get-from)
+	# A restored copy's restore_command: the source Database's repository.
+	[[ $# -eq 4 ]] || die "usage: pgbackrest.sh get-from REPOSITORY_PATH SEGMENT PATH"
+	exec pgbackrest --config="$conf" --stanza="$stanza" --repo1-path="$2" archive-get "$3" "$4"
 	;;
 ensure)
 	# stanza-create is idempotent, and refuses a bucket path that holds
