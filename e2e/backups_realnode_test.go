@@ -171,21 +171,89 @@ func TestBackups(t *testing.T) {
 	s := env
 	s.realNode(t)
 	store := s.objectStorage(t)
-	s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { s.archiveFollowsFailover(t, store) })
+	const ns, db = "backups-real", "ledger"
+	s.realNamespace(t, ns)
+	var d database
+	defer func() {
+		if d.name != "" {
+			_ = s.k.delete(context.Background(), d.gvk, d.ns, d.name)
+		}
+	}()
+	if !s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { d = s.archiveFollowsFailover(t, store, ns, db) }) {
+		return
+	}
+	s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) })
+}
+
+// appDB runs a statement as the superuser in the app database of pod's
+// Database, over the pod's own socket.
+func (s *suite) appDB(t *testing.T, ns, pod, dbname, stmt string) string {
+	t.Helper()
+	out, err := s.execIn(ns, pod, "postgres", "bash", "-c",
+		`exec psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d "$1" -c "$0"`, stmt, dbname)
+	if err != nil {
+		t.Fatalf("%s in %s/%s: %v: %s", stmt, ns, pod, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// pointInTime: rows written at known times on the archived Database; a new
+// Database restored from its archive to a time between two writes has
+// exactly the rows before it, under its own names, and its standby (cloned
+// from the restored primary) replays past that time.
+func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, db string) {
+	primary := str(src.get(t), "status", "primary")
+	s.appDB(t, ns, primary, db, "CREATE TABLE marks (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
+	s.appDB(t, ns, primary, db, "INSERT INTO marks (id) SELECT generate_series(1, 100)")
+	target := s.appDB(t, ns, primary, db, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
+	time.Sleep(1100 * time.Millisecond) // the next commit a clock tick later
+	s.appDB(t, ns, primary, db, "INSERT INTO marks (id) SELECT generate_series(101, 150)")
+	// The target is reached only by replaying a commit after it: that
+	// segment must be in the bucket.
+	seg := s.superSQL(ns, primary, "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 2*time.Minute, "segment "+seg+" in the bucket", func() (bool, string) {
+		return store.archivedSegment(ns, db, seg) != "", s.superSQL(ns, primary, "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")
+	})
+
+	const copyName = "ledger-pitr"
+	u := realDatabase(t, ns, copyName, "medium", map[string]any{"restoreFrom": map[string]any{"database": db, "from": "Archive", "pointInTime": target}})
+	if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cp := s.create(t, u)
+	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
+	s.waitRealReady(t, cp)
+	t.Logf("restored to %s and ready (two instances) in %s", target, time.Since(start).Round(time.Second))
+	if got := s.appDB(t, ns, copyName+"-0", "ledger_pitr", "SELECT count(*), max(id) FROM marks"); got != "100|100" {
+		t.Errorf("the copy restored to %s has count|max %s, want 100|100 (every row before the target, none after)", target, got)
+	}
+	cu := cp.get(t)
+	if c := getCondition(cu, "Restored"); c.Status != "True" {
+		t.Errorf("Restored %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	if got := str(cu, "status", "restore", "pointInTime"); got != target {
+		t.Errorf("status.restore.pointInTime %q, want %q", got, target)
+	}
+	// The standby, cloned from the restored primary, follows it past the
+	// target: its recovery settings are gone.
+	s.appDB(t, ns, copyName+"-0", "ledger_pitr", "INSERT INTO marks (id) VALUES (1000)")
+	eventually(t, 2*time.Minute, "the copy's standby replaying past the target", func() (bool, string) {
+		out, err := s.execIn(ns, copyName+"-1", "postgres", "bash", "-c",
+			`exec psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$(<"$ADMIN_SECRET_DIR/username")" -d ledger_pitr -c "SELECT count(*) FROM marks WHERE id = 1000"`)
+		return strings.TrimSpace(out) == "1", fmt.Sprintf("%v %s", err, out)
+	})
 }
 
 // archiveFollowsFailover: a Database archives its WAL and a first full
 // backup to the bucket; its primary lost, the promoted standby archives on
 // its new timeline, with nothing done by hand.
-func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore) {
-	const ns, db = "backups-real", "ledger"
-	s.realNamespace(t, ns)
+func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db string) database {
 	u := realDatabase(t, ns, db, "medium", nil)
 	if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
 		t.Fatal(err)
 	}
 	d := s.create(t, u)
-	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
 	start := time.Now()
 	s.waitRealReady(t, d)
 	t.Logf("ready in %s", time.Since(start).Round(time.Second))
@@ -245,4 +313,5 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore) {
 		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
+	return d
 }

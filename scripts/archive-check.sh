@@ -16,7 +16,8 @@
 # archived) and the state in one line either way.
 #
 # Environment: PGHOST PGPORT PGUSER PGPASSWORD (libpq), DB_NAME; optional
-# STUCK_SECONDS (default 300).
+# STUCK_SECONDS (default 300), WAIT_SECONDS (default 90: how long a primary
+# may take to answer, a failover's length).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +28,8 @@ LOG_TAG=archive-check
 require_env PGHOST DB_NAME
 STUCK_SECONDS=${STUCK_SECONDS:-300}
 require_int STUCK_SECONDS 1
+WAIT_SECONDS=${WAIT_SECONDS:-90}
+require_int WAIT_SECONDS 0
 
 # One row: archive_mode|in recovery|seconds since the last archived
 # segment (empty: none yet)|the last archived one|failed after it (t/f)|the
@@ -38,9 +41,20 @@ sql="SELECT current_setting('archive_mode'), pg_is_in_recovery(),
 	(SELECT coalesce(last_failed_wal, '') FROM pg_stat_archiver),
 	(SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'),
 	(SELECT coalesce(round(extract(epoch FROM now() - min(modification)))::bigint, 0) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready')"
-row=$(psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB_NAME" -c "$sql") || die "the primary at ${PGHOST}:${PGPORT:-5432} does not answer"
-IFS='|' read -r mode recovery age last failing last_failed waiting oldest <<<"$row"
-[[ $recovery == f ]] || die "$PGHOST answers as a standby (a failover is under way): no verdict this run"
+# A failover under way (the rw Service without a primary for 30-60 s) is no
+# archive failure: wait WAIT_SECONDS for a primary to answer first.
+waited=0 recovery=''
+while :; do
+	if row=$(psql -X -A -t -q -v ON_ERROR_STOP=1 -d "$DB_NAME" -c "$sql" 2>&1); then
+		IFS='|' read -r mode recovery age last failing last_failed waiting oldest <<<"$row"
+		[[ $recovery != f ]] || break
+	fi
+	if ((waited >= WAIT_SECONDS)); then
+		die "no primary answered at ${PGHOST}:${PGPORT:-5432} for ${WAIT_SECONDS}s (last answer: ${row:-none}): nothing is archived without one"
+	fi
+	sleep 5
+	waited=$((waited + 5))
+done
 state="last archived ${last:-none} ${age:-never}s ago; ${waiting} segment(s) waiting, the oldest ${oldest}s"
 if [[ $mode != on ]]; then
 	die "archive_mode is $mode on the primary: it archives nothing until it restarts with the function's settings"

@@ -307,6 +307,7 @@ var Contract = []Script{
 		Does: "The WAL archive check CronJob's container (N-wal, every 5 minutes): asks the primary through the rw Service whether its archiver keeps up, and exits 0 when it does, 1 when the last archive attempt failed after the last success, a segment has waited over STUCK_SECONDS, archive_mode is off, or the primary does not answer; the function's WALArchive condition reads the verdict from the CronJob's last success and last schedule. Prints the recovery point exposure (the last archived segment's age) either way.",
 		Env: slices.Concat(jobConn, []Var{
 			{Name: EnvStuckSeconds, Need: Optional, Default: "300", Meaning: "how long a segment may wait to be archived before the check fails"},
+			{Name: "WAIT_SECONDS", Need: Optional, Default: "90", Meaning: "how long the primary may take to answer (a failover under way) before the check fails"},
 		}),
 	},
 	{
