@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/writer"
+	"github.com/example/function-database/internal/checker"
 )
 
 // The WAL archive in object storage on real pods (docs/backups.md): a real
@@ -182,7 +186,93 @@ func TestBackups(t *testing.T) {
 	if !s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { d = s.archiveFollowsFailover(t, store, ns, db) }) {
 		return
 	}
-	s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) })
+	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
+		return
+	}
+	s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) })
+}
+
+// archiveTimeout is the archived Composition's archiveTimeoutSeconds.
+const archiveTimeout = 10 * time.Second
+
+// allInstancesLost: with the checker's client writing, every instance of the
+// Database is lost at once (frozen, then the Database and its volumes
+// deleted); a new Database restored from its archive to the end holds every
+// acknowledged write but those of the last archiveTimeout before the loss
+// (the WAL not yet switched into a segment and pushed), counted by the
+// failover checker.
+func (s *suite) allInstancesLost(t *testing.T, d database, ns, db string) {
+	const writerName = "writer"
+	s.writerPod(t, ns, writerName, db)
+	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
+		log := s.podLog(ns, writerName, "writer")
+		return !lastAcknowledged(writer.Parse(log)).IsZero(), lastLines(log, 3)
+	})
+	// Writes for a while: several archive_timeout switches.
+	time.Sleep(3 * archiveTimeout)
+	pods, err := s.instancePods(ns, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := time.Now()
+	for _, p := range pods {
+		thaw := holdFrozen(t, p.Name, string(p.UID))
+		defer thaw()
+	}
+	t.Logf("every instance of %s frozen at %s", db, fault.UTC().Format("15:04:05.000"))
+	// The writer's log ends at the loss: nothing after it can be acked.
+	time.Sleep(2 * time.Second)
+	attempts := writer.Parse(s.podLog(ns, writerName, "writer"))
+	_ = s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), writerName, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err := s.k.delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
+		t.Fatalf("delete %s: %v", d, err)
+	}
+
+	const restored = "ledger-restored"
+	u := realDatabase(t, ns, restored, "small", map[string]any{"restoreFrom": map[string]any{"database": db, "from": "Archive"}})
+	if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rd := s.create(t, u)
+	defer func() { _ = s.k.delete(context.Background(), rd.gvk, rd.ns, rd.name) }()
+	s.waitRealReady(t, rd)
+	t.Logf("restored to the archive's end and ready in %s", time.Since(start).Round(time.Second))
+	out := s.appDB(t, ns, restored+"-0", "ledger_restored", checker.SurvivingSQL)
+	surviving, err := checker.ParseIDs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := checker.Check(checker.Input{Scenario: "AllInstancesLost", Durability: checker.Async, Attempts: attempts, Surviving: surviving})
+	t.Log(r)
+	// Every lost write was acknowledged within the archive's exposure
+	// before the loss: archive_timeout, plus a push (under a second) and
+	// the sampling of the fault (2 s).
+	bound := archiveTimeout + 5*time.Second
+	var oldest time.Time
+	for _, a := range attempts {
+		if ack, ok := a.Ack(); ok && slices.Contains(r.Lost, a.ID) && (oldest.IsZero() || ack.At.Before(oldest)) {
+			oldest = ack.At
+		}
+	}
+	t.Logf("%d acknowledged writes, %d lost; the oldest lost was acknowledged %s before the loss (bound %s)",
+		r.Acknowledged, len(r.Lost), durationOrNone(oldest, fault), bound)
+	if r.Acknowledged == 0 {
+		t.Fatal("no acknowledged write to check")
+	}
+	if !oldest.IsZero() && fault.Sub(oldest) > bound {
+		t.Errorf("a write acknowledged %s before the loss was lost: over the archive's exposure of %s", fault.Sub(oldest).Round(time.Millisecond), bound)
+	}
+	if len(r.AckedByDeposed) > 0 || r.TwoPrimaries {
+		t.Error(r.Err())
+	}
+}
+
+func durationOrNone(t, ref time.Time) string {
+	if t.IsZero() {
+		return "none"
+	}
+	return ref.Sub(t).Round(time.Millisecond).String()
 }
 
 // appDB runs a statement as the superuser in the app database of pod's
