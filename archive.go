@@ -73,6 +73,8 @@ type objectStorage struct {
 	// SecretName and SecretNamespace name the platform's Secret.
 	SecretName, SecretNamespace string
 	ArchiveTimeout              int32
+	// DrillSchedule is the restore drill's schedule; "" when it is off.
+	DrillSchedule string
 }
 
 var (
@@ -122,6 +124,16 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 			errs = append(errs, field.Invalid(p.Child("archiveTimeoutSeconds"), *t, "must be between "+strconv.Itoa(minArchiveTimeout)+" and "+strconv.Itoa(maxArchiveTimeout)+" seconds"))
 		}
 		os.ArchiveTimeout = *t
+	}
+	os.DrillSchedule = defaultDrillSchedule
+	if d := in.Drill; d != nil {
+		if d.Schedule != "" {
+			os.DrillSchedule = d.Schedule
+			errs = append(errs, validateSchedule(p.Child("drill", "schedule"), d.Schedule)...)
+		}
+		if d.Enabled != nil && !*d.Enabled {
+			os.DrillSchedule = ""
+		}
 	}
 	return os, errs
 }

@@ -166,6 +166,14 @@ func TestArchiveSecretKept(t *testing.T) {
 	}
 }
 
+// TestArchiveNeedsPgBackRest: objectStorage with the official image, whose
+// pods would all hold, is refused where the platform team reads it.
+func TestArchiveNeedsPgBackRest(t *testing.T) {
+	in := compositionInput(t, "example/archive/composition.yaml")
+	delete(in.GetFields(), "image")
+	assertFatal(t, "objectStorage with the official image", runTest(t, xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), in)), "input.image", "pgBackRest")
+}
+
 func TestResolveObjectStorage(t *testing.T) {
 	valid := func() *v1beta1.ObjectStorage {
 		return &v1beta1.ObjectStorage{Endpoint: "s3.example.com", Bucket: "pg-archive", SecretRef: v1beta1.SecretReference{Name: "s3", Namespace: "crossplane-system"}}
@@ -176,10 +184,14 @@ func TestResolveObjectStorage(t *testing.T) {
 		want   *objectStorage
 		errors []string // field paths, in order
 	}{
-		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60}, nil},
+		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, DrillSchedule: defaultDrillSchedule}, nil},
 		{"host and port, path style", func(o *v1beta1.ObjectStorage) {
 			o.Endpoint, o.URIStyle, o.PathPrefix, o.ArchiveTimeoutSeconds = "10.0.0.7:9000", "Path", "/prod/eu/", ptr.To[int32](30)
-		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30}, nil},
+			o.Drill = &v1beta1.Drill{Schedule: "0 3 * * *"}
+		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30, DrillSchedule: "0 3 * * *"}, nil},
+		{"no drill", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Enabled: ptr.To(false)} },
+			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60}, nil},
+		{"a bad drill schedule", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Schedule: "weekly"} }, nil, []string{"input.objectStorage.drill.schedule"}},
 		{"a scheme", func(o *v1beta1.ObjectStorage) { o.Endpoint = "https://s3.example.com" }, nil, []string{"input.objectStorage.endpoint"}},
 		{"a bad port", func(o *v1beta1.ObjectStorage) { o.Endpoint = "s3.example.com:99999" }, nil, []string{"input.objectStorage.endpoint"}},
 		{"a bad bucket", func(o *v1beta1.ObjectStorage) { o.Bucket = "PG_Archive" }, nil, []string{"input.objectStorage.bucket"}},

@@ -36,6 +36,9 @@ func compose(db *database, p *plan) map[resource.Name]any {
 		}
 		out[rnArchiveCheck] = archiveCheckCronJob(db, p)
 	}
+	if p.Drill != nil {
+		out[rnDrill] = drillCronJob(db, p)
+	}
 	if db.Backup.Enabled {
 		out[rnBackup] = backupCronJob(db, p)
 	}

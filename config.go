@@ -144,6 +144,10 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 	images, e := resolveImages(p.Child("images"), in.Images)
 	errs = append(errs, e...)
 	cfg.Images = images
+	if cfg.ObjectStorage != nil && cfg.Image == defaultImage && len(cfg.Images) == 0 {
+		// Every pod would hold (entrypoint.sh): say it here, once.
+		errs = append(errs, field.Invalid(p.Child("image"), cfg.Image, "the official postgres image has no pgBackRest, which objectStorage archives with: name an image that has it (images/postgres-pgbackrest, docs/backups.md)"))
+	}
 	if cfg.StorageClassName != "" {
 		for _, m := range validation.IsDNS1123Subdomain(cfg.StorageClassName) {
 			errs = append(errs, field.Invalid(p.Child("storageClassName"), cfg.StorageClassName, m))

@@ -77,6 +77,10 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	o.FailoverOutcome = lookupFailoverOutcome(req)
 	o.ObjectStorageSource = lookupObjectStorage(req)
+	o.DrillRecord = readDrillRecord(xr)
+	if o.Drill != nil && o.Drill.Status.LastScheduleTime != nil {
+		o.DrillOutcome = lookupDrillOutcome(req, o.Drill.Status.LastScheduleTime.Time)
+	}
 
 	p := makePlan(db, o, f.password)
 	desired := compose(db, p)
@@ -200,6 +204,12 @@ func requirements(db *database, p *plan) map[string]*fnv1.ResourceSelector {
 			out = make(map[string]*fnv1.ResourceSelector, 1)
 		}
 		out[requirementObjectStorage] = objectStorageSelector(db.ObjectStorage)
+	}
+	if p.Drill != nil && p.Drill.Require != nil {
+		if out == nil {
+			out = make(map[string]*fnv1.ResourceSelector, 1)
+		}
+		out[requirementDrillPods] = p.Drill.Require
 	}
 	if p.Failover != nil {
 		for k, v := range p.Failover.Require {

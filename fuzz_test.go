@@ -286,6 +286,7 @@ var composedKinds = map[resource.Name]string{
 	rnNetworkPolicy:   "networking.k8s.io/v1/NetworkPolicy",
 	rnBackup:          "batch/v1/CronJob",
 	rnArchiveCheck:    "batch/v1/CronJob",
+	rnDrill:           "batch/v1/CronJob",
 	rnRestore:         "batch/v1/Job",
 	rnFailover:        "batch/v1/Job",
 }

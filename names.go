@@ -25,6 +25,7 @@ const (
 	rnFailover        resource.Name = "failover"
 	rnObjectStorage   resource.Name = "object-storage"
 	rnArchiveCheck    resource.Name = "archive-check"
+	rnDrill           resource.Name = "drill"
 )
 
 // Suffixes of the composed names. A Database whose own name ended in one of
@@ -73,6 +74,7 @@ const (
 	componentNetwork      = "network"
 	componentFailover     = "failover"
 	componentArchiveCheck = "archive-check"
+	componentDrill        = "drill"
 )
 
 // Labels others set, which the function reads or selects by.
@@ -173,6 +175,8 @@ const (
 	requirementFailoverPods = "failover-pods"
 	// requirementObjectStorage is the platform's object storage Secret.
 	requirementObjectStorage = "object-storage"
+	// requirementDrillPods are the restore drill's pods (drill.go).
+	requirementDrillPods = "drill-pods"
 )
 
 // PostgreSQL roles and port.
@@ -198,6 +202,7 @@ const (
 	containerRestore      = "restore"
 	containerFailover     = "failover"
 	containerArchiveCheck = "archive-check"
+	containerDrill        = "drill"
 
 	volData          = "data"
 	volBackups       = "backups"

@@ -45,6 +45,12 @@ type observed struct {
 	ObjectStorage       *corev1.Secret
 	// ArchiveCheck is the observed archive check CronJob (archive.go).
 	ArchiveCheck *batchv1.CronJob
+	// Drill is the observed restore drill CronJob; DrillRecord the XR's
+	// status.drill and DrillOutcome what the required resources say of
+	// the drill's pods (drill.go). Read from the request, as above.
+	Drill        *batchv1.CronJob
+	DrillRecord  *drillRecord
+	DrillOutcome drillOutcome
 
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
@@ -58,7 +64,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 			o.exists[resource.Name(name)] = true
 		}
 	}
-	var errs [9]error
+	var errs [10]error
 	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
@@ -68,6 +74,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, wire.Whole)
 	o.ObjectStorage, errs[7] = decodeAs[corev1.Secret](rs, rnObjectStorage, secretFields)
 	o.ArchiveCheck, errs[8] = decodeAs[batchv1.CronJob](rs, rnArchiveCheck, cronJobFields)
+	o.Drill, errs[9] = decodeAs[batchv1.CronJob](rs, rnDrill, cronJobFields)
 	return o, errors.Join(errs[:]...)
 }
 

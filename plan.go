@@ -63,6 +63,9 @@ type plan struct {
 	// Archive is what happens about the WAL archive (archive.go); nil when
 	// the input names no bucket.
 	Archive *archivePlan
+	// Drill is what happens about the restore drill (drill.go); nil when
+	// there is no archive or the drill is off.
+	Drill *drillPlan
 }
 
 func makePlan(db *database, o *observed, generate func() string) *plan {
@@ -110,6 +113,7 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p.Restore, b = planRestore(db, p, o)
 	p.Blocked = append(p.Blocked, b...)
 	p.Archive = planArchive(db, o)
+	p.Drill = planDrill(db, o)
 	p.Failover = planFailover(db, p, o)
 	p.Primary = p.Failover.Primary
 	if invalid != nil {

@@ -34,6 +34,7 @@ var readiness = map[resource.Name]readyRule{
 	// its first backup.
 	rnBackup:       observedExists,
 	rnArchiveCheck: observedExists,
+	rnDrill:        observedExists,
 	rnStatefulSet: func(_ resource.Name, o *observed, want int32) bool {
 		return statefulSetReady(o.StatefulSet, want)
 	},

@@ -29,6 +29,8 @@ const (
 	condWritable      = "Writable"
 	condScheduled     = "Scheduled"
 	condWALArchive    = "WALArchive"
+	// condBackupVerified is the restore drill's verdict (drill.go).
+	condBackupVerified = "BackupVerified"
 )
 
 // dbStatus is the status the function writes to the XR (docs/api.md),
@@ -51,6 +53,8 @@ type dbStatus struct {
 	// read back by the function (failover.go).
 	Primary  string          `json:"primary,omitempty"`
 	Failover *failoverRecord `json:"failover,omitempty"`
+	// Drill is the last restore drill's verdict, read back (drill.go).
+	Drill *drillRecord `json:"drill,omitempty"`
 }
 
 type backupStatus struct {
@@ -106,6 +110,9 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 	if o.StatefulSet != nil {
 		s.Primary = podName(db, p.Primary)
 	}
+	if p.Drill != nil {
+		s.Drill = p.Drill.Record
+	}
 	if f := p.Failover; f != nil && (f.Record.Count > 0 || f.Record.Last != nil) {
 		s.Failover = f.Record
 	}
@@ -146,6 +153,9 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	}
 	if p.Archive != nil {
 		out = append(out, p.Archive.Condition)
+	}
+	if p.Drill != nil {
+		out = append(out, p.Drill.Condition)
 	}
 	return out
 }

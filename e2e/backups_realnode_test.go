@@ -8,8 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,11 +36,14 @@ import (
 
 const (
 	archivedComposition = "database-real-archived"
-	s3Namespace         = "storage"
-	s3Service           = "s3"
-	s3Bucket            = "pg-archive"
-	s3SecretNamespace   = "platform-secrets"
-	s3SecretName        = "pg-archive"
+	// drilledComposition archives as archivedComposition does, with a
+	// restore drill every two minutes.
+	drilledComposition = "database-real-drilled"
+	s3Namespace        = "storage"
+	s3Service          = "s3"
+	s3Bucket           = "pg-archive"
+	s3SecretNamespace  = "platform-secrets"
+	s3SecretName       = "pg-archive"
 )
 
 // objectStore is the running S3 server and where its bucket is on disk.
@@ -147,14 +150,22 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	if _, err := cs.CoreV1().Secrets(s3SecretNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	err = s.applyComposition(ctx, archivedComposition, func(input map[string]any) {
-		input["objectStorage"] = map[string]any{
-			"endpoint": host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
-			"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
-			"archiveTimeoutSeconds": int64(10),
+	storage := func(drill map[string]any) func(map[string]any) {
+		return func(input map[string]any) {
+			input["objectStorage"] = map[string]any{
+				"endpoint": host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
+				"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
+				"archiveTimeoutSeconds": int64(10),
+				"drill":                 drill,
+			}
 		}
-	})
-	return o, err
+	}
+	// The archived Databases drill only when asked (a drill of their own
+	// would compete for the node's two cores with the faults they test).
+	if err := s.applyComposition(ctx, archivedComposition, storage(map[string]any{"enabled": false})); err != nil {
+		return o, err
+	}
+	return o, s.applyComposition(ctx, drilledComposition, storage(map[string]any{"schedule": "*/2 * * * *"}))
 }
 
 // repository is where a Database's pgBackRest repository is in the bucket.
@@ -189,7 +200,80 @@ func TestBackups(t *testing.T) {
 	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
 		return
 	}
-	s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) })
+	if !s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) }) {
+		return
+	}
+	s.step(t, "Drill", func(t *testing.T) { s.drill(t, store, ns) })
+}
+
+// drill: a Database whose Composition drills every two minutes; the drill
+// restores its newest backup and the archive after it in a pod of its own,
+// checks it, and BackupVerified says so with the rows read; a byte changed
+// in that backup in the bucket makes the next drill fail, and the
+// condition False naming the backup.
+func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
+	const db = "vault"
+	u := realDatabase(t, ns, db, "small", nil)
+	if err := unstructured.SetNestedField(u.Object, drilledComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.create(t, u)
+	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
+	start := time.Now()
+	s.waitRealReady(t, d)
+	s.appDB(t, ns, db+"-0", db, "CREATE TABLE notes (id int PRIMARY KEY, body text)")
+	s.appDB(t, ns, db+"-0", db, "INSERT INTO notes SELECT g, md5(g::text) FROM generate_series(1, 1000) g")
+	// The rows reach the archive (a drill replays the archive after the
+	// backup: they are in what it reads).
+	seg := s.superSQL(ns, db+"-0", "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 3*time.Minute, "segment "+seg+" in the bucket", func() (bool, string) {
+		return store.archivedSegment(ns, db, seg) != "", s.superSQL(ns, db+"-0", "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")
+	})
+	archived := time.Now()
+
+	var first map[string]any
+	eventually(t, 8*time.Minute, "a drill that verified the rows", func() (bool, string) {
+		u := d.get(t)
+		first, _, _ = unstructured.NestedMap(u.Object, "status", "drill")
+		c := getCondition(u, "BackupVerified")
+		sched, _ := first["scheduled"].(string)
+		ran, _ := time.Parse(time.RFC3339, sched)
+		rows, _ := first["rows"].(int64)
+		return c.Status == "True" && ran.After(archived) && rows >= 1000, fmt.Sprintf("BackupVerified %s %s: %s; status.drill %v; jobs: %s", c.Status, c.Reason, c.Message, first, s.jobsState(ns))
+	})
+	t.Logf("BackupVerified %s after creation: %s", time.Since(start).Round(time.Second), getCondition(d.get(t), "BackupVerified").Message)
+	label, _ := first["backup"].(string)
+	if label == "" || first["restoredTo"] == "" {
+		t.Fatalf("status.drill names no backup or point: %v", first)
+	}
+
+	// A byte changed in the backup's biggest file in the bucket.
+	files, _ := filepath.Glob(filepath.Join(store.repository(ns, db), "backup", "db", label, "pg_data", "base", "*", "*"))
+	var biggest string
+	var size int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Size() > size {
+			biggest, size = f, st.Size()
+		}
+	}
+	if biggest == "" {
+		t.Fatalf("no file of backup %s in the bucket", label)
+	}
+	b, err := os.ReadFile(biggest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(biggest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	corrupted := time.Now()
+	t.Logf("corrupted %s (%d bytes) of backup %s", filepath.Base(biggest), size, label)
+	eventually(t, 8*time.Minute, "BackupVerified False naming the corrupted backup", func() (bool, string) {
+		c := getCondition(d.get(t), "BackupVerified")
+		return c.Status == "False" && c.Reason == "DrillFailed" && strings.Contains(c.Message, label), fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
+	})
+	t.Logf("BackupVerified False %s after the corruption: %s", time.Since(corrupted).Round(time.Second), getCondition(d.get(t), "BackupVerified").Message)
 }
 
 // archiveTimeout is the archived Composition's archiveTimeoutSeconds.

@@ -11,8 +11,8 @@
 #   hack/test.sh setup     only the set-up below, for every level; no test
 #
 # Set-up, each step a no-op when already done (warm: a few seconds): Debian's
-# postgresql and shellcheck (hack/install-postgres.sh), the Go modules, the
-# crossplane CLI, Crossplane core and crane (hack/tools.sh), golangci-lint
+# postgresql, pgbackrest and shellcheck (hack/install-postgres.sh), the Go modules, the
+# crossplane CLI, Crossplane core, crane and versitygw (hack/tools.sh), golangci-lint
 # (hack/lint.sh), and for e2e the control-plane binaries, kwok, etcd and the
 # real node's packages (hack/cluster-tools.sh). Tools are built from the Go
 # module proxy into $HOME/.cache/function-database keyed by version (cold:
@@ -39,11 +39,11 @@ step() { printf '\n=== %s (%d s)\n' "$*" "$((SECONDS - start))" >&2; }
 
 step "set-up: Go"
 require_go
-step "set-up: Debian packages postgresql, shellcheck"
+step "set-up: Debian packages postgresql, pgbackrest, shellcheck"
 hack/install-postgres.sh >/dev/null
 step "set-up: Go modules"
 go mod download
-step "set-up: crossplane CLI, Crossplane core, crane"
+step "set-up: crossplane CLI, Crossplane core, crane, versitygw (S3)"
 hack/tools.sh >/dev/null
 step "set-up: golangci-lint"
 hack/lint.sh --build-only

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -449,4 +450,130 @@ func TestArchive(t *testing.T) {
 		seg, took := c.switchAndWait(t, p, 3*time.Minute)
 		t.Logf("archiving resumed: %s archived %v after the bucket returned", seg, took.Round(time.Millisecond))
 	})
+}
+
+// drillVerdict is drill.sh's termination message.
+type drillVerdict struct {
+	Result          string  `json:"result"`
+	Backup          string  `json:"backup"`
+	RestoredTo      string  `json:"restoredTo"`
+	RestoreSeconds  float64 `json:"restoreSeconds"`
+	RecoverySeconds float64 `json:"recoverySeconds"`
+	Seconds         float64 `json:"seconds"`
+	Tables          int     `json:"tables"`
+	Rows            int64   `json:"rows"`
+	Checksum        string  `json:"checksum"`
+	Reason          string  `json:"reason"`
+}
+
+// drill runs drill.sh as the drill CronJob's container would, against c's
+// repository: its own data directory, socket and port; in's pgBackRest
+// environment (the repository). It returns the termination message, parsed,
+// and the output.
+func (c *cluster) drill(t *testing.T, in *instance) (drillVerdict, string, error) {
+	t.Helper()
+	dir := c.tl.mkdir(t, filepath.Join(c.root, fmt.Sprintf("drill-%d", time.Now().UnixNano())))
+	term := filepath.Join(dir, "termination-log")
+	data := filepath.Join(dir, "pgdata")
+	env := in.env("PGDATA="+data, "PGHOST="+filepath.Join(dir, "run"), "PGPORT="+strconv.Itoa(freePort(t)), "PGUSER="+c.su,
+		"TERMINATION_LOG="+term, "RECOVERY_TIMEOUT_SECONDS=180",
+		"PGBACKREST_SPOOL_PATH="+filepath.Join(dir, "spool"), "PGBACKREST_LOCK_PATH="+filepath.Join(dir, "lock"))
+	out, err := c.script(5*time.Minute, env, Drill)
+	// The copy never outlives the drill.
+	if _, statErr := os.Stat(filepath.Join(data, "postmaster.pid")); statErr == nil {
+		t.Errorf("the drill left its copy running in %s", data)
+	}
+	var v drillVerdict
+	b, rerr := os.ReadFile(term)
+	if rerr != nil || json.Unmarshal(b, &v) != nil {
+		t.Errorf("drill.sh wrote no termination message (%v): %q\n%s", rerr, b, out)
+	}
+	return v, out, err
+}
+
+func TestDrill(t *testing.T) {
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	s3 := startS3(t, root)
+	c := newCluster(t, tl, root, "drill")
+	c.archived(t, s3)
+	p := c.instance(0)
+	p.start(t)
+	p.waitReady(t, 2*time.Minute)
+
+	// Before the first backup: nothing to verify, and no failure.
+	if _, err := c.script(time.Minute, p.env(), Archive, "--log-level-console=info", "stanza-create"); err != nil {
+		t.Fatal(err)
+	}
+	if v, out, err := c.drill(t, p); err != nil || v.Result != "nobackup" {
+		t.Fatalf("drill with no backup: %v %+v\n%s", err, v, out)
+	}
+
+	side := startSidecar(t, c, p)
+	waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
+		return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
+	})
+	c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
+	c.appSQL(t, p, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
+	c.appSQL(t, p, "CREATE TABLE \"odd|name\" (x int)")
+	c.appSQL(t, p, "INSERT INTO \"odd|name\" VALUES (1), (2)")
+	last := c.superSQL(t, p, "postgres", `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`)
+	c.switchAndWait(t, p, time.Minute)
+	want := c.appSQL(t, p, "SELECT count(*) FROM t")
+
+	v, out, err := c.drill(t, p)
+	if err != nil || v.Result != "verified" {
+		t.Fatalf("drill: %v %+v\n%s", err, v, out)
+	}
+	t.Logf("drill: %+v", v)
+	if v.Tables != 2 || v.Rows != 5002 {
+		t.Errorf("the drill read %d tables and %d rows, want 2 and 5002 (t has %s)", v.Tables, v.Rows, want)
+	}
+	// The copy replayed the archive past the first backup, to the last
+	// commit archived.
+	if v.RestoredTo < last[:len("2006-01-02T15:04")] {
+		t.Errorf("restored to %q, want the archive's end (the last insert at %s)", v.RestoredTo, last)
+	}
+	// The same data, the same checksum; other data, another.
+	v2, out, err := c.drill(t, p)
+	if err != nil || v2.Checksum != v.Checksum {
+		t.Errorf("a second drill of the same archive: %v, checksum %s, want %s\n%s", err, v2.Checksum, v.Checksum, out)
+	}
+	c.appSQL(t, p, "UPDATE t SET pad = 'changed' WHERE id = 7")
+	c.switchAndWait(t, p, time.Minute)
+	if v3, out, err := c.drill(t, p); err != nil || v3.Checksum == v.Checksum {
+		t.Errorf("a drill after an update: %v, checksum %s unchanged\n%s", err, v3.Checksum, out)
+	}
+	// Nothing of the drill reached the repository: no timeline of its own.
+	if h, _ := filepath.Glob(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "archive", "db", "*", "*.history")); len(h) > 0 {
+		t.Errorf("the drill's copy archived its promotion: %v", h)
+	}
+
+	// A corrupted backup: a byte changed in a file of the newest backup
+	// in the bucket. The drill fails, saying which backup.
+	files, _ := filepath.Glob(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "backup", "db", v.Backup, "pg_data", "base", "*", "*"))
+	var biggest string
+	var size int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Size() > size {
+			biggest, size = f, st.Size()
+		}
+	}
+	if biggest == "" {
+		t.Fatalf("no file of backup %s in the bucket", v.Backup)
+	}
+	b, err := os.ReadFile(biggest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(biggest, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("corrupted %s (%d bytes)", biggest, size)
+	bad, out, err := c.drill(t, p)
+	if err == nil || bad.Result != "failed" || bad.Backup != v.Backup || bad.Reason == "" {
+		t.Errorf("drill of a corrupted backup: %v %+v, want failed naming %s\n%s", err, bad, v.Backup, out)
+	}
+	t.Logf("the corrupted backup's drill: %s", bad.Reason)
 }

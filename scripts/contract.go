@@ -78,6 +78,7 @@ const (
 	EnvPodName          = "POD_NAME"
 	EnvObjectStorageDir = "OBJECT_STORAGE_DIR"
 	EnvStuckSeconds     = "STUCK_SECONDS"
+	EnvRecoveryTimeout  = "RECOVERY_TIMEOUT_SECONDS"
 	EnvPGData           = "PGDATA"
 	EnvPGPort           = "PGPORT"
 	EnvPGHost           = "PGHOST"
@@ -309,6 +310,19 @@ var Contract = []Script{
 			{Name: EnvStuckSeconds, Need: Optional, Default: "300", Meaning: "how long a segment may wait to be archived before the check fails"},
 			{Name: "WAIT_SECONDS", Need: Optional, Default: "90", Meaning: "how long the primary may take to answer (a failover under way) before the check fails"},
 		}),
+	},
+	{
+		Name: Drill,
+		Does: "The restore drill CronJob's container (N-drill): restores the newest backup of the Database's pgBackRest repository into the pod's own volume, replays the archive to its end and promotes (no network, archive_mode off, hot_standby off), runs pg_amcheck over every database and reads every row of every user table into a checksum, stops the copy. Ends with one JSON line in the termination message (result verified with the backup, the restored point, the durations, tables, rows and checksum; nobackup; or failed with the backup and the reason), exit 0 unless failed; the function's BackupVerified condition reads it.",
+		Env: []Var{
+			{Name: EnvPGData, Need: Required, Meaning: "the copy's data directory, on the drill's own volume (pgbackrest.conf's pg1-path)"},
+			{Name: EnvPGHost, Need: Required, Libpq: true, Meaning: "the copy's socket directory (it listens on no address)"},
+			{Name: EnvPGPort, Need: Required, Libpq: true, Meaning: "the copy's port"},
+			{Name: EnvPGUser, Need: Required, Libpq: true, Meaning: "the superuser's name, whom the copy trusts on its socket"},
+			{Name: EnvObjectStorageDir, Need: Required, Meaning: "the mount of N-object-storage, for pgbackrest.sh (which reads the keys, and pgbackrest.conf from the scripts' folder)"},
+			{Name: EnvRecoveryTimeout, Need: Optional, Default: "3600", Meaning: "how long the replay of the archive may take"},
+			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where the verdict goes"},
+		},
 	},
 	{
 		Name: Archive,

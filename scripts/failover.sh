@@ -266,13 +266,6 @@ hold() {
 	exit 5
 }
 
-# json_escape TEXT: TEXT as the inside of a JSON string.
-json_escape() {
-	local t=${1//\\/\\\\}
-	t=${t//\"/\\\"}
-	printf '%s' "${t//[$'\t\n\r']/ }"
-}
-
 # qualified K: 0 when ordinal K may be promoted under asynchronous
 # replication: its pod was ready when the function composed this Job
 # (QUALIFIED_ORDINALS), so it streamed within the readiness bound

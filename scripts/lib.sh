@@ -44,6 +44,13 @@ now_ms() {
 	fi
 }
 
+# json_escape TEXT: TEXT as the inside of a JSON string.
+json_escape() {
+	local t=${1//\\/\\\\}
+	t=${t//\"/\\\"}
+	printf '%s' "${t//[$'\t\n\r']/ }"
+}
+
 # die MESSAGE...: log and exit 1.
 die() {
 	log "ERROR: $*"

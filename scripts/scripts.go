@@ -39,6 +39,8 @@ const (
 	Archive = "pgbackrest.sh"
 	// ArchiveCheck is the archive check CronJob's container.
 	ArchiveCheck = "archive-check.sh"
+	// Drill is the restore drill CronJob's container.
+	Drill = "drill.sh"
 	// Lib holds the helpers the other scripts source; it must be shipped too.
 	Lib = "lib.sh"
 )

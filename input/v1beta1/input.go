@@ -124,6 +124,28 @@ type ObjectStorage struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	ArchiveTimeoutSeconds *int32 `json:"archiveTimeoutSeconds,omitempty"`
+
+	// Drill is the restore drill: on a schedule, each Database's newest
+	// backup is restored from the bucket into a throwaway copy, replayed
+	// to the archive's end, checked and discarded; the Database's
+	// BackupVerified condition says how it went. On unless disabled.
+	// +optional
+	Drill *Drill `json:"drill,omitempty"`
+}
+
+// Drill is when the restore drill runs.
+type Drill struct {
+	// Enabled turns the drill on (the default) or off.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Schedule is a 5-field cron schedule in the cluster's time zone. A
+	// drill needs room for a whole copy of the Database on the node it
+	// runs on, for as long as it runs.
+	// +kubebuilder:default="30 4 * * 0"
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
 }
 
 // SecretReference names a Secret in a namespace.
