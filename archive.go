@@ -48,6 +48,8 @@ const (
 	defaultArchiveTimeout = 60
 	minArchiveTimeout     = 10
 	maxArchiveTimeout     = 3600
+	defaultCheckMinutes   = 5
+	maxCheckMinutes       = 30
 
 	uriStyleHost = "Host"
 	uriStylePath = "Path"
@@ -73,6 +75,8 @@ type objectStorage struct {
 	// SecretName and SecretNamespace name the platform's Secret.
 	SecretName, SecretNamespace string
 	ArchiveTimeout              int32
+	// CheckMinutes is the archive check's interval.
+	CheckMinutes int32
 	// DrillSchedule is the restore drill's schedule; "" when it is off.
 	DrillSchedule string
 }
@@ -98,6 +102,7 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 		SecretName:      in.SecretRef.Name,
 		SecretNamespace: in.SecretRef.Namespace,
 		ArchiveTimeout:  defaultArchiveTimeout,
+		CheckMinutes:    defaultCheckMinutes,
 	}
 	os.Host, os.Port, errs = parseEndpoint(p.Child("endpoint"), in.Endpoint)
 	if !bucketPattern.MatchString(in.Bucket) || strings.Contains(in.Bucket, "..") {
@@ -124,6 +129,12 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 			errs = append(errs, field.Invalid(p.Child("archiveTimeoutSeconds"), *t, "must be between "+strconv.Itoa(minArchiveTimeout)+" and "+strconv.Itoa(maxArchiveTimeout)+" seconds"))
 		}
 		os.ArchiveTimeout = *t
+	}
+	if m := in.CheckMinutes; m != nil {
+		if *m < 1 || *m > maxCheckMinutes {
+			errs = append(errs, field.Invalid(p.Child("checkMinutes"), *m, "must be between 1 and "+strconv.Itoa(maxCheckMinutes)+" minutes"))
+		}
+		os.CheckMinutes = *m
 	}
 	os.DrillSchedule = defaultDrillSchedule
 	if d := in.Drill; d != nil {
@@ -457,10 +468,6 @@ func (a *archivePlan) hasCA() bool {
 // readiness cannot carry it (a sidecar not ready takes the whole pod out of
 // its Services and starts a failover).
 const (
-	// archiveCheckSchedule: a failing archive is a condition within
-	// archiveCheckMinutes (plus a reconcile).
-	archiveCheckSchedule = "*/5 * * * *"
-	archiveCheckMinutes  = 5
 	// archiveStuckSeconds is how long a segment may wait to be archived.
 	archiveStuckSeconds = 300
 )
@@ -468,6 +475,12 @@ const (
 // archiveCheckName is the CronJob N-wal: CronJob names are limited to 52
 // characters and N to 45. Not reserved, as N-failover.
 func archiveCheckName(db *database) string { return db.Name + "-wal" }
+
+// archiveCheckSchedule: a failing archive is a condition within the input's
+// checkMinutes (plus a reconcile).
+func archiveCheckSchedule(os *objectStorage) string {
+	return "*/" + strconv.Itoa(int(os.CheckMinutes)) + " * * * *"
+}
 
 func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
 	env := append(adminEnv(db), corev1.EnvVar{Name: scripts.EnvStuckSeconds, Value: strconv.Itoa(archiveStuckSeconds)})
@@ -479,9 +492,9 @@ func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
 			Labels:    labels(db, componentArchiveCheck),
 		},
 		Spec: batchv1.CronJobSpec{
-			Schedule:                   archiveCheckSchedule,
+			Schedule:                   archiveCheckSchedule(db.ObjectStorage),
 			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
-			StartingDeadlineSeconds:    ptr.To[int64](archiveCheckMinutes * 60),
+			StartingDeadlineSeconds:    ptr.To(int64(db.ObjectStorage.CheckMinutes) * 60),
 			SuccessfulJobsHistoryLimit: ptr.To[int32](1),
 			FailedJobsHistoryLimit:     ptr.To[int32](1),
 			JobTemplate: batchv1.JobTemplateSpec{
@@ -537,12 +550,12 @@ const (
 func archiveCheckCondition(db *database, cj *batchv1.CronJob, where string) condition {
 	if cj == nil || cj.Status.LastScheduleTime == nil {
 		return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked,
-			"the primary archives its WAL to " + where + "; the first check (CronJob " + archiveCheckName(db) + ", every " + strconv.Itoa(archiveCheckMinutes) + " minutes) has not run yet"}
+			"the primary archives its WAL to " + where + "; the first check (CronJob " + archiveCheckName(db) + ", every " + strconv.Itoa(int(db.ObjectStorage.CheckMinutes)) + " minutes) has not run yet"}
 	}
 	sched, succ := cj.Status.LastScheduleTime, cj.Status.LastSuccessfulTime
 	ok := succ != nil && !succ.Before(sched)
 	if !ok && len(cj.Status.Active) > 0 && succ != nil {
-		ok = !succ.Add(archiveCheckMinutes*time.Minute + time.Minute).Before(sched.Time)
+		ok = !succ.Add(time.Duration(db.ObjectStorage.CheckMinutes)*time.Minute + time.Minute).Before(sched.Time)
 	}
 	if ok {
 		return condition{condWALArchive, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp,

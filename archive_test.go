@@ -102,7 +102,7 @@ func TestArchiveComposed(t *testing.T) {
 		t.Errorf("WALArchive condition %v, want Unknown %s", cond, reasonArchiveNotChecked)
 	}
 	cj := decodeInto[batchv1.CronJob](t, desired[string(rnArchiveCheck)].GetResource())
-	if cj.Name != "ledger-wal" || cj.Spec.Schedule != archiveCheckSchedule {
+	if cj.Name != "ledger-wal" || cj.Spec.Schedule != "*/5 * * * *" {
 		t.Errorf("the archive check is CronJob %s on %q", cj.Name, cj.Spec.Schedule)
 	}
 }
@@ -110,7 +110,7 @@ func TestArchiveComposed(t *testing.T) {
 // TestArchiveCheckCondition: WALArchive follows the check CronJob's last
 // run, and a run in progress keeps the previous verdict.
 func TestArchiveCheckCondition(t *testing.T) {
-	db := &database{Name: "ledger"}
+	db := &database{Name: "ledger", ObjectStorage: &objectStorage{CheckMinutes: 5}}
 	ts := func(s string) *metav1.Time { return at(t, s) }
 	cases := []struct {
 		name   string
@@ -184,13 +184,14 @@ func TestResolveObjectStorage(t *testing.T) {
 		want   *objectStorage
 		errors []string // field paths, in order
 	}{
-		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, DrillSchedule: defaultDrillSchedule}, nil},
+		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, DrillSchedule: defaultDrillSchedule}, nil},
 		{"host and port, path style", func(o *v1beta1.ObjectStorage) {
 			o.Endpoint, o.URIStyle, o.PathPrefix, o.ArchiveTimeoutSeconds = "10.0.0.7:9000", "Path", "/prod/eu/", ptr.To[int32](30)
 			o.Drill = &v1beta1.Drill{Schedule: "0 3 * * *"}
-		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30, DrillSchedule: "0 3 * * *"}, nil},
+		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30, CheckMinutes: 5, DrillSchedule: "0 3 * * *"}, nil},
 		{"no drill", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Enabled: ptr.To(false)} },
-			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60}, nil},
+			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5}, nil},
+		{"a check every hour", func(o *v1beta1.ObjectStorage) { o.CheckMinutes = ptr.To[int32](60) }, nil, []string{"input.objectStorage.checkMinutes"}},
 		{"a bad drill schedule", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Schedule: "weekly"} }, nil, []string{"input.objectStorage.drill.schedule"}},
 		{"a scheme", func(o *v1beta1.ObjectStorage) { o.Endpoint = "https://s3.example.com" }, nil, []string{"input.objectStorage.endpoint"}},
 		{"a bad port", func(o *v1beta1.ObjectStorage) { o.Endpoint = "s3.example.com:99999" }, nil, []string{"input.objectStorage.endpoint"}},

@@ -156,7 +156,9 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 				"endpoint": host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
 				"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
 				"archiveTimeoutSeconds": int64(10),
-				"drill":                 drill,
+				// A failing archive is a condition within a minute.
+				"checkMinutes": int64(1),
+				"drill":        drill,
 			}
 		}
 	}
@@ -198,6 +200,9 @@ func TestBackups(t *testing.T) {
 		return
 	}
 	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
+		return
+	}
+	if !s.step(t, "BucketUnreachable", func(t *testing.T) { s.bucketUnreachable(t, store, d, ns, db) }) {
 		return
 	}
 	if !s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) }) {
@@ -274,6 +279,72 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 		return c.Status == "False" && c.Reason == "DrillFailed" && strings.Contains(c.Message, label), fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("BackupVerified False %s after the corruption: %s", time.Since(corrupted).Round(time.Second), getCondition(d.get(t), "BackupVerified").Message)
+}
+
+// bucketUnreachable: the S3 server stopped while the primary writes more
+// WAL than its volume could keep: writes go on, WALArchive turns False
+// within the check's interval, pg_wal comes back within its bound
+// (pgBackRest drops what is past its queue: a gap in the archive, never a
+// full disk), and once the server is back the archive resumes and the
+// condition is True again.
+func (s *suite) bucketUnreachable(t *testing.T, store *objectStore, d database, ns, db string) {
+	primary := str(d.get(t), "status", "primary")
+	walBytes := func() int64 {
+		n, _ := strconv.ParseInt(s.superSQL(ns, primary, "SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()"), 10, 64)
+		return n
+	}
+	store.proc.stop(10 * time.Second)
+	stopped := time.Now()
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = store.proc.start()
+		}
+	}()
+	s.appDB(t, ns, primary, db, "CREATE TABLE churn (id int, pad text)")
+	// The data volume is 1Gi: max_wal_size 256MB, wal_keep_size 64MB,
+	// max_slot_wal_keep_size 128MB, archive-push-queue-max 128MiB (an
+	// eighth). 800 MB of WAL, the table truncated between batches so
+	// that only WAL grows: kept whole, it would fill the volume.
+	const batches, bound = 32, int64(640) << 20
+	var peak int64
+	for i := range batches {
+		s.appDB(t, ns, primary, db, fmt.Sprintf("BEGIN; TRUNCATE churn; INSERT INTO churn SELECT g, repeat(md5(g::text), 40) FROM generate_series(%d, %d) g; COMMIT", i*18000, i*18000+17999))
+		s.superSQL(ns, primary, "SELECT pg_switch_wal()")
+		peak = max(peak, walBytes())
+	}
+	written := s.superSQL(ns, primary, "SELECT pg_size_pretty(pg_current_wal_lsn() - '0/0'::pg_lsn)")
+	t.Logf("with the bucket down: WAL written to %s in all, pg_wal peaked at %d MB while writing (%s after the stop)", written, peak>>20, time.Since(stopped).Round(time.Second))
+	eventually(t, 3*time.Minute, "WALArchive False", func() (bool, string) {
+		c := getCondition(d.get(t), "WALArchive")
+		return c.Status == "False" && c.Reason == "ArchiveFailing", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
+	})
+	t.Logf("WALArchive False %s after the bucket stopped", time.Since(stopped).Round(time.Second))
+	eventually(t, 4*time.Minute, fmt.Sprintf("pg_wal back within %d MB", bound>>20), func() (bool, string) {
+		s.superSQL(ns, primary, "CHECKPOINT")
+		n := walBytes()
+		return n > 0 && n <= bound, fmt.Sprintf("pg_wal %d MB; %s", n>>20, s.superSQL(ns, primary, "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver"))
+	})
+	t.Logf("pg_wal back within %d MB %s after the stop (%d MB now)", bound>>20, time.Since(stopped).Round(time.Second), walBytes()>>20)
+
+	if err := store.proc.start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	back := time.Now()
+	var seg string
+	eventually(t, 3*time.Minute, "a new segment in the bucket", func() (bool, string) {
+		if seg == "" || store.archivedSegment(ns, db, seg) == "" {
+			seg = s.superSQL(ns, primary, "SELECT pg_walfile_name(pg_switch_wal())")
+		}
+		return store.archivedSegment(ns, db, seg) != "", s.superSQL(ns, primary, "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")
+	})
+	t.Logf("archiving resumed: %s in the bucket %s after the server returned", seg, time.Since(back).Round(time.Second))
+	eventually(t, 4*time.Minute, "WALArchive True again", func() (bool, string) {
+		c := getCondition(d.get(t), "WALArchive")
+		return c.Status == "True", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
+	})
+	t.Logf("WALArchive True %s after the server returned", time.Since(back).Round(time.Second))
 }
 
 // archiveTimeout is the archived Composition's archiveTimeoutSeconds.
@@ -481,8 +552,8 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 	if h, _ := filepath.Glob(filepath.Join(repo, "archive", "db", "*", "00000002.history")); len(h) == 0 {
 		t.Error("no 00000002.history in the bucket: a restore could not follow the new timeline")
 	}
-	// The check CronJob (every 5 minutes) says so in WALArchive.
-	eventually(t, 7*time.Minute, "WALArchive True", func() (bool, string) {
+	// The check CronJob (every minute here) says so in WALArchive.
+	eventually(t, 3*time.Minute, "WALArchive True", func() (bool, string) {
 		c := getCondition(d.get(t), "WALArchive")
 		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})

@@ -400,10 +400,10 @@ func TestArchive(t *testing.T) {
 		}
 	})
 
-	t.Run("an unreachable bucket neither stops writes nor fills pg_wal, and archiving resumes", func(t *testing.T) {
+	t.Run("an unreachable bucket neither stops writes nor fills pg_wal; archiving resumes and a full backup closes the gap", func(t *testing.T) {
 		c := newCluster(t, tl, root, "unreachable")
 		// A queue of 64 MiB: four segments past it, pgBackRest drops WAL.
-		c.archived(t, s3, "PGBACKREST_ARCHIVE_PUSH_QUEUE_MAX=64MiB")
+		c.archived(t, s3, "PGBACKREST_ARCHIVE_PUSH_QUEUE_MAX=64MiB", "ARCHIVE_RETRY_SECONDS=5")
 		p := c.instance(0)
 		p.start(t)
 		p.waitReady(t, 2*time.Minute)
@@ -446,9 +446,30 @@ func TestArchive(t *testing.T) {
 			return containsErr(p.logs(), "dropped WAL file")
 		})
 		t.Logf("pg_wal within %s %v after the writes, segments past the queue dropped", mb(limit), took.Round(time.Millisecond))
+		// The archive has a gap: the check says so (a restore would stop
+		// at the gap), not just that pushes fail.
+		if out, err := c.archiveCheck(t, p); err == nil || !strings.Contains(out, "the archive has a gap") {
+			t.Errorf("archive-check.sh after dropped WAL: %v, want a failure naming the gap\n%s", err, out)
+		}
 		s3.start(t)
+		returned := time.Now()
 		seg, took := c.switchAndWait(t, p, 3*time.Minute)
 		t.Logf("archiving resumed: %s archived %v after the bucket returned", seg, took.Round(time.Millisecond))
+		// The sidecar takes a full backup, the start of a chain a restore
+		// replays to the end; the check passes again.
+		waitFor(t, 3*time.Minute, "the sidecar's full backup after the gap", func() error {
+			return containsErr(side.log(), "the archive is restorable to its end again")
+		})
+		if out, err := c.archiveCheck(t, p); err != nil {
+			t.Errorf("archive-check.sh after the new full backup: %v\n%s", err, out)
+		}
+		t.Logf("the gap closed by a full backup %v after the bucket returned", time.Since(returned).Round(time.Millisecond))
+		c.appSQL(t, p, "INSERT INTO big VALUES (-1, 'after the gap')")
+		c.switchAndWait(t, p, time.Minute)
+		port, _ := c.restoreInto(t, p, "")
+		if got, err := c.psql(port, c.su, c.secret(t, "superuser", "password"), c.db, "SELECT count(*) FROM big WHERE id = -1"); err != nil || got != "1" {
+			t.Errorf("a restore to the latest point after the gap: %v %q, want the row written after it", err, got)
+		}
 	})
 }
 

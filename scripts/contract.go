@@ -248,7 +248,7 @@ var Contract = []Script{
 			{Name: "ISOLATION_REPLY_SECONDS", Need: Optional, Default: "5", Meaning: "how old the freshest standby reply may be before a primary asks whether any peer answers at all"},
 			peerTimeout, peerHosts, peerOrds,
 			{Name: "SLOT_CHECK_ROUNDS", Need: Optional, Default: "6", Meaning: "rounds between a standby's slot checks"},
-			{Name: "ARCHIVE_RETRY_SECONDS", Need: Optional, Default: "60", Meaning: "seconds after a failed `pgbackrest.sh ensure` (the stanza, the first backup) before the next try"},
+			{Name: "ARCHIVE_RETRY_SECONDS", Need: Optional, Default: "60", Meaning: "seconds after a failed `pgbackrest.sh ensure` (the stanza, the first backup) or `rebase` (the full backup after a gap) before the next try"},
 			stateDir,
 			{Name: "SYNC_ONCE", Need: TestOnly, Meaning: "1: one round, then exit with its status"},
 			scramSalt,
@@ -328,6 +328,7 @@ var Contract = []Script{
 		Name: Archive,
 		Does: "pgBackRest for one instance, run by postgres as its archive_command (`pgbackrest.sh push %p`: asynchronous, the spool on the data volume, the WAL waiting in pg_wal bounded by archive-push-queue-max) and by the sidecar on a primary (`pgbackrest.sh ensure`: creates the stanza, or checks that the bucket's is this cluster's, then takes a first full backup when the repository has none). Reads the bucket's keys from OBJECT_STORAGE_DIR at each call and passes them in pgBackRest's environment, never as arguments. Exits with pgBackRest's status; 1 when the configuration, the keys or pgbackrest are missing.",
 		Env: []Var{
+			{Name: EnvPGData, Need: Expected, Default: ".", Meaning: "the instance's data directory, where the gap marker is (push: postgres runs archive_command in it; rebase: required)"},
 			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount", Files: []File{{Name: "pgbackrest.conf", Need: Required, Meaning: "pgBackRest's configuration (archive.go)"}}},
 			{Name: EnvObjectStorageDir, Need: Required, Meaning: "the mount of N-object-storage, the bucket's keys", Files: []File{
 				{Name: "AWS_ACCESS_KEY_ID", Need: Required, Meaning: "the access key"},

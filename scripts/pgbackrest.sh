@@ -16,8 +16,18 @@
 #                              then take a first full backup when the
 #                              repository has none, so that the archive is
 #                              restorable from its start
+#   pgbackrest.sh rebase          on a primary (the sidecar), when a push dropped
+#                              WAL (GAP_MARKER): once archiving works again,
+#                              a full backup, the start of a chain a restore
+#                              can replay to the end; then the marker goes
 #   pgbackrest.sh COMMAND [ARG...]  any other pgBackRest command (info, check,
 #                              backup, verify)
+#
+# A push that drops WAL (pgBackRest's queue was full: the bucket could not be
+# reached) adds the dropped segments' names to GAP_MARKER in PGDATA (postgres
+# runs archive_command there): the archive has a gap, and a restore reaches
+# only the point before it until a full backup that starts after the last
+# dropped segment. archive-check.sh fails while the marker is there.
 #
 # Reads SCRIPTS_DIR/pgbackrest.conf (the function writes it when its input
 # names objectStorage), OBJECT_STORAGE_DIR/AWS_ACCESS_KEY_ID and
@@ -45,12 +55,19 @@ read_file_into PGBACKREST_REPO1_S3_KEY_SECRET "$OBJECT_STORAGE_DIR/AWS_SECRET_AC
 export PGBACKREST_REPO1_S3_KEY PGBACKREST_REPO1_S3_KEY_SECRET
 
 backrest() { pgbackrest --config="$conf" --stanza="$stanza" "$@"; }
+GAP_MARKER=database.archive-gap
 
-[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | get-from REPOSITORY_PATH SEGMENT PATH | ensure | COMMAND [ARG...]"
+[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | get-from REPOSITORY_PATH SEGMENT PATH | ensure | rebase | COMMAND [ARG...]"
 case $1 in
 push)
 	[[ $# -eq 2 ]] || die "usage: pgbackrest.sh push PATH"
-	exec pgbackrest --config="$conf" --stanza="$stanza" archive-push "$2"
+	rc=0
+	out=$(backrest archive-push "$2" 2>&1) || rc=$?
+	[[ -z $out ]] || printf '%s\n' "$out" >&2
+	if [[ $out == *"dropped WAL file"* ]]; then
+		grep 'dropped WAL file' <<<"$out" | grep -o '[0-9A-F]\{24\}' >>"${PGDATA:-.}/$GAP_MARKER" || true
+	fi
+	exit "$rc"
 	;;
 get)
 	[[ $# -eq 3 ]] || die "usage: pgbackrest.sh get SEGMENT PATH"
@@ -69,6 +86,26 @@ ensure)
 	if backrest info | grep -q 'status: error (no valid backups)'; then
 		log "no backup in the repository yet: taking the first full backup"
 		backrest --log-level-console=info --type=full backup
+	fi
+	;;
+rebase)
+	marker=${PGDATA:?}/$GAP_MARKER
+	[[ -f $marker ]] || exit 0
+	# check: a switched segment reaches the bucket (archiving works again).
+	backrest --log-level-console=warn check
+	log "the archive has a gap (WAL dropped up to $(sort "$marker" | tail -n 1) while the bucket could not be reached): taking a full backup, from which a restore reaches the end again"
+	backrest --log-level-console=info --type=full backup
+	# The new backup's first segment (info lists the newest last): a
+	# segment dropped at or after it (reported late, or dropped during the
+	# backup) is a gap in this chain too, and the marker stays.
+	start=$(backrest info | awk '/wal start\/stop:/{s=$3} END{print s}')
+	last=$(sort "$marker" | tail -n 1)
+	[[ -n $start ]] || die "no WAL start in pgbackrest info after the backup"
+	if [[ -z $last || $last < $start ]]; then
+		rm -f "$marker"
+		log "full backup taken, starting at $start after the last dropped segment ${last:-none}: the archive is restorable to its end again"
+	else
+		die "segment $last was dropped after the new backup's start $start: another full backup follows"
 	fi
 	;;
 *)

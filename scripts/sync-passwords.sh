@@ -312,30 +312,39 @@ sync_round() {
 # archive_round: on a primary whose Database archives to object storage
 # (SCRIPTS_DIR/pgbackrest.conf exists), runs `pgbackrest.sh ensure` once per
 # postmaster start (the stanza, and a first full backup when the bucket has
-# none), in the background: a backup takes minutes and the passwords must
-# not wait for it. A failed run is tried again ARCHIVE_RETRY_SECONDS later;
-# its output is in the sidecar's log either way.
+# none), then `pgbackrest.sh rebase` whenever a push dropped WAL (the marker
+# pgbackrest.sh leaves in PGDATA: a new full backup once the bucket answers),
+# in the background: a backup takes minutes and the passwords must not wait
+# for it. A failed run is tried again ARCHIVE_RETRY_SECONDS later; its
+# output is in the sidecar's log either way.
 archive_started='' # postmaster start time the ensure run succeeded for
 archive_pid=''
 archive_next=0 # now_ms before which no new run starts
+archive_cmd=''  # the running run's command: ensure or rebase
 archive_round() {
+	local cmd=ensure
 	[[ -f ${SCRIPTS_DIR:-$here}/pgbackrest.conf ]] || return 0
-	[[ $archive_started != "$started" ]] || return 0
 	if [[ -n $archive_pid ]]; then
 		kill -0 "$archive_pid" 2>/dev/null && return 0
 		if wait "$archive_pid"; then
-			archive_started=$started
-			log "archive: stanza ready and the repository holds a backup"
+			if [[ $archive_cmd == ensure ]]; then
+				archive_started=$started
+				log "archive: stanza ready and the repository holds a backup"
+			fi
 		else
-			log "archive: pgbackrest.sh ensure failed (above); trying again in ${ARCHIVE_RETRY_SECONDS:-60}s"
+			log "archive: pgbackrest.sh $archive_cmd failed (above); trying again in ${ARCHIVE_RETRY_SECONDS:-60}s"
 			archive_next=$(($(now_ms) + ${ARCHIVE_RETRY_SECONDS:-60} * 1000))
 		fi
 		archive_pid=''
 		return 0
 	fi
+	if [[ $archive_started == "$started" ]]; then
+		[[ -f $PGDATA/database.archive-gap ]] || return 0
+		cmd=rebase
+	fi
 	(($(now_ms) >= archive_next)) || return 0
-	bash "$here/pgbackrest.sh" ensure &
-	archive_pid=$!
+	bash "$here/pgbackrest.sh" "$cmd" &
+	archive_pid=$! archive_cmd=$cmd
 }
 
 # reload_settings: the function's postgresql.conf (in the scripts ConfigMap,

@@ -125,6 +125,15 @@ type ObjectStorage struct {
 	// +optional
 	ArchiveTimeoutSeconds *int32 `json:"archiveTimeoutSeconds,omitempty"`
 
+	// CheckMinutes is how often the archive is checked (the CronJob N-wal):
+	// a failing archive is the WALArchive condition within this many
+	// minutes.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=30
+	// +optional
+	CheckMinutes *int32 `json:"checkMinutes,omitempty"`
+
 	// Drill is the restore drill: on a schedule, each Database's newest
 	// backup is restored from the bucket into a throwaway copy, replayed
 	// to the archive's end, checked and discarded; the Database's

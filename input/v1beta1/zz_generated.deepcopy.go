@@ -146,6 +146,11 @@ func (in *ObjectStorage) DeepCopyInto(out *ObjectStorage) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.CheckMinutes != nil {
+		in, out := &in.CheckMinutes, &out.CheckMinutes
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Drill != nil {
 		in, out := &in.Drill, &out.Drill
 		*out = new(Drill)
