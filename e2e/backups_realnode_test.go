@@ -477,7 +477,12 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 	if c := getCondition(cu, "Restored"); c.Status != "True" {
 		t.Errorf("Restored %s %s: %s", c.Status, c.Reason, c.Message)
 	}
-	if got := str(cu, "status", "restore", "pointInTime"); got != target {
+	// The same instant (the function writes it in RFC 3339 with no
+	// trailing zeros).
+	got := str(cu, "status", "restore", "pointInTime")
+	gt, gerr := time.Parse(time.RFC3339Nano, got)
+	wt, werr := time.Parse(time.RFC3339Nano, target)
+	if gerr != nil || werr != nil || !gt.Equal(wt) {
 		t.Errorf("status.restore.pointInTime %q, want %q", got, target)
 	}
 	// The standby, cloned from the restored primary, follows it past the

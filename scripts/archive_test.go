@@ -565,6 +565,29 @@ func TestDrill(t *testing.T) {
 	if v3, out, err := c.drill(t, p); err != nil || v3.Checksum == v.Checksum {
 		t.Errorf("a drill after an update: %v, checksum %s unchanged\n%s", err, v3.Checksum, out)
 	}
+	// A segment missing in the archive, after the backup: the replay
+	// stops before the archive's end, and the drill fails naming the gap.
+	c.appSQL(t, p, "INSERT INTO t VALUES (6000, 'a')")
+	missing, _ := c.switchAndWait(t, p, time.Minute)
+	c.appSQL(t, p, "INSERT INTO t VALUES (6001, 'b')")
+	c.switchAndWait(t, p, time.Minute)
+	segs, _ := filepath.Glob(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "archive", "db", "*", missing[:16], missing+"-*"))
+	if len(segs) != 1 {
+		t.Fatalf("segment %s in the bucket: %v", missing, segs)
+	}
+	moved := segs[0] + ".aside"
+	if err := os.Rename(segs[0], moved); err != nil {
+		t.Fatal(err)
+	}
+	if g, out, err := c.drill(t, p); err == nil || g.Result != "failed" || !strings.Contains(g.Reason, "the archive has a gap") {
+		t.Errorf("drill of an archive missing %s: %v %+v, want failed naming the gap\n%s", missing, err, g, out)
+	} else {
+		t.Logf("the drill of an archive with a gap: %s", g.Reason)
+	}
+	if err := os.Rename(moved, segs[0]); err != nil {
+		t.Fatal(err)
+	}
+
 	// Nothing of the drill reached the repository: no timeline of its own.
 	if h, _ := filepath.Glob(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "archive", "db", "*", "*.history")); len(h) > 0 {
 		t.Errorf("the drill's copy archived its promotion: %v", h)

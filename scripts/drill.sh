@@ -11,7 +11,10 @@
 #   3. pg_amcheck checks every table and B-tree index of every database
 #      (the pages' checksums are verified as they are read), then every row
 #      of every user table is read into a checksum;
-#   4. the copy is stopped; the volume goes with the pod.
+#   4. the replay must have reached the last segment the archive held when the
+#      drill started: stopping before it means a gap in the archive (a
+#      segment missing), and a restore to the latest point would stop there;
+#   5. the copy is stopped; the volume goes with the pod.
 # The verdict is one JSON line in the termination message, which the function
 # reads into the BackupVerified condition:
 #   {"result":"verified","backup":LABEL,"restoredTo":RFC3339,"restoreSeconds":N,
@@ -74,6 +77,8 @@ if [[ -z $label ]]; then
 	verdict '{"result":"nobackup"}'
 	exit 0
 fi
+# The last archived segment now: the replay must reach it.
+archive_max=$(awk '/wal archive min\/max/{n = split($NF, a, "/"); m = a[n]} END{print m}' <<<"$info")
 # The copy's own data directory for pgBackRest (restore_command's paths).
 export PGBACKREST_PG1_PATH=$PGDATA
 log "restoring backup $label into $PGDATA"
@@ -108,7 +113,12 @@ until q "SELECT 1" >/dev/null 2>&1; do
 done
 recovered=$(now_ms)
 restored_to=$(q "SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '')")
-log "backup $label restored, replayed to ${restored_to:-its own end} and promoted"
+end_segment=$(q "SELECT pg_walfile_name(pg_current_wal_lsn())")
+log "backup $label restored, replayed to ${restored_to:-its own end} (segment $end_segment; the archive held up to ${archive_max:-none}) and promoted"
+# Same log and segment numbers whatever the timeline: compare those.
+if [[ -n $archive_max && ${end_segment:8} < ${archive_max:8} ]]; then
+	fail "the archive has a gap: the replay of backup $label stopped in segment $end_segment, but the archive holds segments up to $archive_max (one in between is missing); a restore to the latest point would stop there too"
+fi
 
 # 3. Every relation checked, every row read.
 if ! out=$(pg_amcheck --all --install-missing --no-strict-names 2>&1); then
