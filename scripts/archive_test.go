@@ -340,6 +340,14 @@ func TestArchive(t *testing.T) {
 		// repository.
 		cp := newCluster(t, tl, root, "pitr-copy")
 		cp.archived(t, s3)
+		// A smaller size than the source's: fewer connections than the
+		// WAL it replays was written with.
+		conf := filepath.Join(cp.scripts, "postgresql.conf")
+		b, err := os.ReadFile(conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, conf, strings.Replace(string(b), "max_connections = 40", "max_connections = 20", 1))
 		writeFile(t, filepath.Join(cp.scripts, "restore-repo"), "/test/pitr")
 		writeFile(t, filepath.Join(cp.scripts, "restore-source"), c.db)
 		writeFile(t, filepath.Join(cp.scripts, "restore-target"), target)

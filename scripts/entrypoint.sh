@@ -362,7 +362,11 @@ restore_primary() {
 		hold "pgBackRest could not restore from $repo (above): check restoreFrom and the bucket, then delete this pod"
 	write_config
 	trap 'pg_ctl -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true' EXIT
-	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses='' -c synchronous_standby_names=''" start >&2 ||
+	# hot_standby off: a hot standby refuses to replay WAL written with
+	# max_connections (and the like) above its own, and this Database's
+	# size may be smaller than the source's (seen: 200 on a medium source,
+	# 100 here). It accepts connections once promoted.
+	pg_ctl -D "$PGDATA" -w -t 120 -o "-c listen_addresses='' -c synchronous_standby_names='' -c hot_standby=off" start >&2 ||
 		hold "the restored copy did not start (above)"
 	# Replay runs until the target, then promotes; a target past the
 	# archive's end stops postgres (it never reached it).
