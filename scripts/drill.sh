@@ -78,7 +78,12 @@ if [[ -z $label ]]; then
 	exit 0
 fi
 # The last archived segment now: the replay must reach it.
-archive_max=$(awk '/wal archive min\/max/{n = split($NF, a, "/"); m = a[n]} END{print m}' <<<"$info")
+archive_max=''
+while IFS= read -r line; do
+	if [[ $line =~ wal\ archive\ min/max.*/([0-9A-F]{24})[[:space:]]*$ ]]; then
+		archive_max=${BASH_REMATCH[1]}
+	fi
+done <<<"$info"
 # The copy's own data directory for pgBackRest (restore_command's paths).
 export PGBACKREST_PG1_PATH=$PGDATA
 log "restoring backup $label into $PGDATA"
