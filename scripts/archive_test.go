@@ -288,6 +288,23 @@ func (c *cluster) restoreInto(t *testing.T, in *instance, target string) (port i
 	return port, time.Since(start)
 }
 
+// waitClockPast waits until the instance's clock is in a later whole second
+// than after: a condition on the clock itself, not a sleep.
+func (c *cluster) waitClockPast(t *testing.T, in *instance, after time.Time) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the clock past "+after.Format(time.RFC3339Nano), func() error {
+		out := c.superSQL(t, in, "postgres", "SELECT extract(epoch FROM date_trunc('second', clock_timestamp()))::bigint")
+		sec, err := strconv.ParseInt(out, 10, 64)
+		if err != nil {
+			return err
+		}
+		if sec <= after.Unix() {
+			return fmt.Errorf("clock at second %d", sec)
+		}
+		return nil
+	})
+}
+
 func TestArchive(t *testing.T) {
 	tl := requirePostgres(t)
 	root := newRoot(t, tl)
@@ -304,15 +321,20 @@ func TestArchive(t *testing.T) {
 			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
 		})
 		t.Logf("stanza and first full backup: %v", took.Round(time.Millisecond))
+		backupDone := time.Now()
 		// Before the stanza exists, pushes fail (postgres retries them);
 		// from then on, none may.
 		_, failedBefore := c.archiver(t, p)
 
 		c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
 		c.appSQL(t, p, "INSERT INTO t (id) SELECT generate_series(1, 100)")
+		// pgBackRest picks the backup to restore by its stop time in whole
+		// seconds and wants it strictly before the target's second: a target
+		// in the second the backup ended finds no backup set (error 075, seen
+		// in CI). So the target is taken once the clock has left that second.
+		c.waitClockPast(t, p, backupDone)
 		// The target: after the first 100 rows' commit, before the next.
 		target := c.superSQL(t, p, "postgres", "SELECT clock_timestamp()")
-		time.Sleep(1100 * time.Millisecond) // the next commit is a clock tick later
 		c.appSQL(t, p, "INSERT INTO t (id) SELECT generate_series(101, 150)")
 		seg, took := c.switchAndWait(t, p, time.Minute)
 		t.Logf("segment %s archived %v after the switch", seg, took.Round(time.Millisecond))
