@@ -490,56 +490,28 @@ func archiveCheckSchedule(os *objectStorage) string {
 
 func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
 	env := append(adminEnv(db), corev1.EnvVar{Name: scripts.EnvStuckSeconds, Value: strconv.Itoa(archiveStuckSeconds)})
-	return &batchv1.CronJob{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      archiveCheckName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentArchiveCheck),
-		},
-		Spec: batchv1.CronJobSpec{
-			Schedule:                   archiveCheckSchedule(db.ObjectStorage),
-			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
-			StartingDeadlineSeconds:    ptr.To(int64(db.ObjectStorage.CheckMinutes) * 60),
-			SuccessfulJobsHistoryLimit: ptr.To[int32](1),
-			FailedJobsHistoryLimit:     ptr.To[int32](1),
-			JobTemplate: batchv1.JobTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentArchiveCheck)},
-				Spec: batchv1.JobSpec{
-					// One attempt: the next run is the retry, and a failure
-					// must reach the CronJob's status, not be retried away.
-					BackoffLimit:          ptr.To[int32](0),
-					ActiveDeadlineSeconds: ptr.To[int64](120),
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentArchiveCheck)},
-						Spec: podSpecDefaults(corev1.PodSpec{
-							RestartPolicy: corev1.RestartPolicyNever,
-							Containers: []corev1.Container{{
-								Name:            containerArchiveCheck,
-								Image:           p.Image,
-								ImagePullPolicy: corev1.PullIfNotPresent,
-								Command:         []string{"bash", scriptsDir + "/" + scripts.ArchiveCheck},
-								Env:             env,
-								Resources: corev1.ResourceRequirements{
-									Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-									Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-								},
-								VolumeMounts: []corev1.VolumeMount{
-									{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-									{Name: volTmp, MountPath: tmpDir},
-								},
-								SecurityContext: containerSecurityContext(),
-							}},
-							Volumes: []corev1.Volume{
-								scriptsVolume(db),
-								{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-							},
-						}),
-					},
-				},
+	return cronJob(db, scheduled{
+		name: archiveCheckName(db), component: componentArchiveCheck, schedule: archiveCheckSchedule(db.ObjectStorage),
+		startingDeadline: int64(db.ObjectStorage.CheckMinutes) * 60,
+		history:          1,
+		// One attempt: the next run is the retry, and a failure must reach
+		// the CronJob's status, not be retried away.
+		attempts:       1,
+		activeDeadline: 120,
+		container: scriptContainer(containerArchiveCheck, p.Image, scripts.ArchiveCheck, env,
+			corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			},
+			[]corev1.VolumeMount{
+				{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+				{Name: volTmp, MountPath: tmpDir},
+			}),
+		volumes: []corev1.Volume{
+			scriptsVolume(db),
+			{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
-	}
+	})
 }
 
 // The WALArchive condition's reasons from the check.

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/scripts"
 )
@@ -77,61 +76,29 @@ func backupCronJob(db *database, p *plan) *batchv1.CronJob {
 		corev1.EnvVar{Name: scripts.EnvBackupRetention, Value: strconv.FormatInt(db.Backup.Retention, 10)},
 		corev1.EnvVar{Name: scripts.EnvDatabase, Value: db.Name},
 	)
-	return &batchv1.CronJob{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      backupName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentBackup),
-		},
-		Spec: batchv1.CronJobSpec{
-			Schedule: db.Backup.Schedule,
-			// Two dumps at once would race on pruning and double the load.
-			ConcurrencyPolicy: batchv1.ForbidConcurrent,
-			// A missed run (controller down) still runs within the hour.
-			StartingDeadlineSeconds:    ptr.To[int64](3600),
-			SuccessfulJobsHistoryLimit: ptr.To[int32](3),
-			FailedJobsHistoryLimit:     ptr.To[int32](3),
-			JobTemplate: batchv1.JobTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
-				Spec: batchv1.JobSpec{
-					// Three attempts: a dump that failed on a primary
-					// restart succeeds on the next; one that fails three
-					// times needs a person.
-					BackoffLimit:          ptr.To[int32](2),
-					ActiveDeadlineSeconds: ptr.To(int64(backupDeadline / time.Second)),
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentBackup)},
-						Spec: podSpecDefaults(corev1.PodSpec{
-							RestartPolicy: corev1.RestartPolicyNever,
-							Affinity:      besidePod(true, podLabels(db, 0)),
-							Containers:    []corev1.Container{jobContainer(containerBackup, p.Image, scripts.Backup, env, volBackups, backupsDir, false)},
-							Volumes:       jobVolumes(db, volBackups, backupsClaimName(db.Name), false),
-						}),
-					},
-				},
-			},
-		},
-	}
+	return cronJob(db, scheduled{
+		name: backupName(db), component: componentBackup, schedule: db.Backup.Schedule,
+		// A missed run (controller down) still runs within the hour.
+		startingDeadline: 3600,
+		history:          3,
+		// Three attempts: a dump that failed on a primary restart
+		// succeeds on the next; one that fails three times needs a person.
+		attempts:       3,
+		activeDeadline: int64(backupDeadline / time.Second),
+		affinity:       besidePod(true, podLabels(db, 0)),
+		container:      jobContainer(containerBackup, p.Image, scripts.Backup, env, volBackups, backupsDir, false),
+		volumes:        jobVolumes(db, volBackups, backupsClaimName(db.Name), false),
+	})
 }
 
 // jobContainer is the container of a backup or restore Job: script from the
 // scripts volume, the backup volume vol at dir, a scratch /tmp.
 func jobContainer(name, image, script string, env []corev1.EnvVar, vol, dir string, readOnly bool) corev1.Container {
-	return corev1.Container{
-		Name:            name,
-		Image:           image,
-		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"bash", scriptsDir + "/" + script},
-		Env:             env,
-		Resources:       jobResources(),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: vol, MountPath: dir, ReadOnly: readOnly},
-			{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-			{Name: volTmp, MountPath: tmpDir},
-		},
-		SecurityContext: containerSecurityContext(),
-	}
+	return scriptContainer(name, image, script, env, jobResources(), []corev1.VolumeMount{
+		{Name: vol, MountPath: dir, ReadOnly: readOnly},
+		{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+		{Name: volTmp, MountPath: tmpDir},
+	})
 }
 
 // jobVolumes are the volumes jobContainer mounts.

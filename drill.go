@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -56,59 +55,36 @@ func drillCronJob(db *database, p *plan) *batchv1.CronJob {
 		{Name: scripts.EnvObjectStorageDir, Value: objectStorageDir},
 		{Name: scripts.EnvRecoveryTimeout, Value: strconv.Itoa(drillRecoverySeconds)},
 	}
-	l := labels(db, componentDrill)
-	return &batchv1.CronJob{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
-		ObjectMeta: metav1.ObjectMeta{Name: drillName(db), Namespace: db.Namespace, Labels: l},
-		Spec: batchv1.CronJobSpec{
-			Schedule:          db.ObjectStorage.DrillSchedule,
-			ConcurrencyPolicy: batchv1.ForbidConcurrent,
-			// A drill missed by more than an hour waits for the next one.
-			StartingDeadlineSeconds:    ptr.To[int64](3600),
-			SuccessfulJobsHistoryLimit: ptr.To[int32](1),
-			FailedJobsHistoryLimit:     ptr.To[int32](1),
-			JobTemplate: batchv1.JobTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: l},
-				Spec: batchv1.JobSpec{
-					// One attempt: a retry would hide a failure the
-					// condition must show; the next schedule retries.
-					BackoffLimit:          ptr.To[int32](0),
-					ActiveDeadlineSeconds: ptr.To[int64](2 * drillRecoverySeconds),
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: l},
-						Spec: podSpecDefaults(corev1.PodSpec{
-							RestartPolicy: corev1.RestartPolicyNever,
-							Containers: []corev1.Container{{
-								Name:                     containerDrill,
-								Image:                    p.Image,
-								ImagePullPolicy:          corev1.PullIfNotPresent,
-								Command:                  []string{"bash", scriptsDir + "/" + scripts.Drill},
-								Env:                      env,
-								TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-								Resources: corev1.ResourceRequirements{
-									Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-									Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
-								},
-								VolumeMounts: []corev1.VolumeMount{
-									{Name: volData, MountPath: dataDir},
-									{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-									{Name: volObjectStorage, MountPath: objectStorageDir, ReadOnly: true},
-									{Name: volTmp, MountPath: tmpDir},
-								},
-								SecurityContext: containerSecurityContext(),
-							}},
-							Volumes: []corev1.Volume{
-								{Name: volData, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
-								scriptsVolume(db),
-								objectStorageVolume(db),
-								{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-							},
-						}),
-					},
-				},
-			},
+	c := scriptContainer(containerDrill, p.Image, scripts.Drill, env,
+		corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 		},
-	}
+		[]corev1.VolumeMount{
+			{Name: volData, MountPath: dataDir},
+			{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+			{Name: volObjectStorage, MountPath: objectStorageDir, ReadOnly: true},
+			{Name: volTmp, MountPath: tmpDir},
+		})
+	// The verdict (drillVerdict) leaves the pod as its termination message.
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	return cronJob(db, scheduled{
+		name: drillName(db), component: componentDrill, schedule: db.ObjectStorage.DrillSchedule,
+		// A drill missed by more than an hour waits for the next one.
+		startingDeadline: 3600,
+		history:          1,
+		// One attempt: a retry would hide a failure the condition must
+		// show; the next schedule retries.
+		attempts:       1,
+		activeDeadline: 2 * drillRecoverySeconds,
+		container:      c,
+		volumes: []corev1.Volume{
+			{Name: volData, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}},
+			scriptsVolume(db),
+			objectStorageVolume(db),
+			{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+	})
 }
 
 // drillVerdict is drill.sh's termination message.
