@@ -336,6 +336,7 @@ func archiveQueueMax(volume resource.Quantity) int64 {
 // optional, and pgbackrest.sh fails each push (WAL waits, bounded) until it
 // exists.
 func objectStorageSecret(db *database, src map[string][]byte) *corev1.Secret {
+	os := db.ObjectStorage
 	if src == nil {
 		return nil
 	}
@@ -348,9 +349,10 @@ func objectStorageSecret(db *database, src map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      objectStorageName(db),
-			Namespace: db.Namespace,
-			Labels:    labels(db, componentBackup),
+			Name:        objectStorageName(db),
+			Namespace:   db.Namespace,
+			Labels:      labels(db, componentBackup),
+			Annotations: map[string]string{annotationObjectStorageSource: os.SecretNamespace + "/" + os.SecretName},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
@@ -414,6 +416,9 @@ type archivePlan struct {
 	// deleting it would stop the archive of every Database at once).
 	Secret    *corev1.Secret
 	Condition condition
+	// Require asks Crossplane for the platform's Secret, nil when the
+	// observed copy settles it (needsSource).
+	Require *fnv1.ResourceSelector
 }
 
 // The WALArchive condition's reasons.
@@ -458,7 +463,34 @@ func planArchive(db *database, o *observed) *archivePlan {
 	default:
 		a.Condition = archiveCheckCondition(db, o.ArchiveCheck, where)
 	}
+	if needsSource(db, o) {
+		a.Require = objectStorageSelector(os)
+	}
 	return a
+}
+
+// needsSource tells whether the platform's Secret must be read on this
+// reconcile. Reading it costs Crossplane a second call of the function on
+// every reconcile (notes/issue-26.md), so it is read only while the observed
+// state cannot settle the copy: no copy yet, a copy of another Secret (the
+// secretRef changed), a copy short of a key, or an archive whose last check
+// did not pass (credentials rotated in place and the old ones revoked: the
+// failing check brings the new ones). A rotation in place whose old keys
+// still work reaches the copy when they stop working; a Secret under a new
+// name (secretRef) reaches it at once. The answer depends on the observed
+// composed resources only, never on the required resource itself, so the
+// two calls of one reconcile ask for the same thing.
+func needsSource(db *database, o *observed) bool {
+	c := o.ObjectStorage
+	if c == nil || c.Annotations[annotationObjectStorageSource] != db.ObjectStorage.SecretNamespace+"/"+db.ObjectStorage.SecretName {
+		return true
+	}
+	for _, k := range []string{keyAccessKeyID, keySecretAccessKey} {
+		if len(c.Data[k]) == 0 {
+			return true
+		}
+	}
+	return archiveCheckCondition(db, o.ArchiveCheck, "").Status != fnv1.Status_STATUS_CONDITION_TRUE
 }
 
 // hasCA tells whether the composed copy carries a CA bundle for the

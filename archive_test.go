@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -143,11 +144,13 @@ func TestArchiveCheckCondition(t *testing.T) {
 
 // TestArchiveSecretKept: the platform's Secret deleted, the copy beside
 // the Database stays as it was (dropping it would stop every Database's
-// archive at once), and the condition says so.
+// archive at once); once the function reads the Secret again (the archive
+// check failed), the condition says the copy is kept.
 func TestArchiveSecretKept(t *testing.T) {
 	req := xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), compositionInput(t, "example/archive/composition.yaml"))
 	rsp := runTest(t, req)
 	feedBack(t, req, rsp, true)
+	setObservedStatus(t, req, rnArchiveCheck, map[string]any{"lastScheduleTime": "2026-11-28T02:05:00Z", "lastSuccessfulTime": "2026-11-28T02:00:04Z"})
 	// A cluster without the platform's Secret.
 	var cluster []*structpb.Struct
 	for _, o := range exampleCluster(t) {
@@ -163,6 +166,74 @@ func TestArchiveSecretKept(t *testing.T) {
 	cond := conditionOf(rsp, condWALArchive)
 	if cond == nil || cond.GetStatus() != fnv1.Status_STATUS_CONDITION_FALSE || cond.GetReason() != reasonArchiveSecretAbsent || !strings.Contains(cond.GetMessage(), "is kept") {
 		t.Errorf("WALArchive condition %v, want False %s saying the copy is kept", cond, reasonArchiveSecretAbsent)
+	}
+}
+
+// TestArchiveSecretRead: the platform's Secret is read (a second call of
+// the function in the reconcile) only while the observed state cannot
+// settle the copy; a healthy archived Database costs one call, and its
+// copy is composed from the observed one, byte for byte.
+func TestArchiveSecretRead(t *testing.T) {
+	healthy := map[string]any{"lastScheduleTime": "2026-11-28T02:05:00Z", "lastSuccessfulTime": "2026-11-28T02:05:04Z"}
+	cases := []struct {
+		name   string
+		first  bool                 // no observed state at all
+		status map[string]any       // the archive check CronJob's status
+		edit   func(*corev1.Secret) // the observed copy, changed
+		noCopy bool                 // the copy not observed
+		want   bool                 // the platform's Secret required
+	}{
+		{name: "first reconcile", first: true, want: true},
+		{name: "healthy", status: healthy},
+		{name: "the copy missing", status: healthy, noCopy: true, want: true},
+		{name: "a copy of another Secret (secretRef changed)", status: healthy, edit: func(s *corev1.Secret) {
+			s.Annotations[annotationObjectStorageSource] = "crossplane-system/old-keys"
+		}, want: true},
+		{name: "a copy from before the annotation", status: healthy, edit: func(s *corev1.Secret) { s.Annotations = nil }, want: true},
+		{name: "a copy without its secret key", status: healthy, edit: func(s *corev1.Secret) { delete(s.Data, keySecretAccessKey) }, want: true},
+		{name: "the archive check failed", status: map[string]any{"lastScheduleTime": "2026-11-28T02:05:00Z", "lastSuccessfulTime": "2026-11-28T02:00:04Z"}, want: true},
+		{name: "the archive never checked", status: map[string]any{}, want: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), compositionInput(t, "example/archive/composition.yaml"))
+			if !tc.first {
+				feedBack(t, req, runTest(t, req), true)
+				setObservedStatus(t, req, rnArchiveCheck, tc.status)
+				if tc.noCopy {
+					delete(req.Observed.Resources, string(rnObjectStorage))
+				}
+				if tc.edit != nil {
+					r := req.Observed.Resources[string(rnObjectStorage)]
+					s := decodeInto[corev1.Secret](t, r.GetResource())
+					tc.edit(s)
+					req.Observed.Resources[string(rnObjectStorage)] = encodeObserved(t, s)
+				}
+			}
+			// One call, as Crossplane's first of the reconcile.
+			rsp := runOnce(t, req)
+			_, got := rsp.GetRequirements().GetResources()[requirementObjectStorage]
+			if got != tc.want {
+				t.Errorf("the platform's Secret required: %v, want %v", got, tc.want)
+			}
+			if got {
+				// The answer does not depend on the Secret itself: the
+				// second call asks the same.
+				req.RequiredResources = map[string]*fnv1.Resources{requirementObjectStorage: fetchRequired(rsp.GetRequirements().GetResources()[requirementObjectStorage], exampleCluster(t))}
+				again := runOnce(t, req)
+				if diff := cmp.Diff(rsp.GetRequirements(), again.GetRequirements(), protocmp.Transform()); diff != "" {
+					t.Errorf("the second call asks otherwise (-first +second):\n%s", diff)
+				}
+				return
+			}
+			if tc.first {
+				return
+			}
+			s := decodeInto[corev1.Secret](t, rsp.GetDesired().GetResources()[string(rnObjectStorage)].GetResource())
+			if string(s.Data[keyAccessKeyID]) != "EXAMPLEACCESSKEY" || s.Annotations[annotationObjectStorageSource] != "crossplane-system/pg-archive" {
+				t.Errorf("the copy composed from the observed one: %v %v", s.Annotations, s.Data)
+			}
+		})
 	}
 }
 

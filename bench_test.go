@@ -66,6 +66,17 @@ func BenchmarkRunFunction(b *testing.B) {
 // Database and for a healthy one (the pods are not asked for while the
 // StatefulSet's status counts every instance ready), two while an
 // instance is not ready.
+// steadyArchived is the archive example running: every resource observed
+// and ready, its archive check passed, its last drill recorded in status.
+func steadyArchived(b *testing.B) *fnv1.RunFunctionRequest {
+	b.Helper()
+	req := xrRequest(readYAMLStruct(b, "example/archive/xr.yaml"), compositionInput(b, "example/archive/composition.yaml"))
+	for range 2 {
+		feedBack(b, req, runTest(b, req), true)
+	}
+	return req
+}
+
 func BenchmarkReconcile(b *testing.B) {
 	reqs := perfRequests(b)
 	unready := proto.CloneOf(reqs["large-observed"])
@@ -77,6 +88,7 @@ func BenchmarkReconcile(b *testing.B) {
 		{"first", reqs["large-backup"]},
 		{"steady", reqs["large-observed"]},
 		{"instance-unready", unready},
+		{"archived-steady", steadyArchived(b)},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

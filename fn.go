@@ -101,7 +101,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	// Crossplane fetches what the function requires and calls again within
 	// the same reconcile, until the requirements stop changing.
-	if req := requirements(db, p); len(req) > 0 {
+	if req := requirements(p); len(req) > 0 {
 		rsp.Requirements = &fnv1.Requirements{Resources: req}
 	}
 	for _, c := range conditions(db, p, o) {
@@ -192,18 +192,20 @@ func setStatus(rsp *fnv1.RunFunctionResponse, observedXR *structpb.Struct, s dbS
 	return nil
 }
 
-// requirements are the resources the function asks Crossplane for: the
-// restore's source, the instance pods and the failover Job's pods.
-func requirements(db *database, p *plan) map[string]*fnv1.ResourceSelector {
+// requirements are the resources the function asks Crossplane for, each
+// only on a reconcile whose observed state cannot settle it (every one
+// costs a second call): the restore's source, the platform's object storage
+// Secret, the drill's pods, the instance pods and the failover Job's pods.
+func requirements(p *plan) map[string]*fnv1.ResourceSelector {
 	var out map[string]*fnv1.ResourceSelector
 	if p.Restore != nil && p.Restore.Require != nil {
 		out = map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}
 	}
-	if db.ObjectStorage != nil {
+	if p.Archive != nil && p.Archive.Require != nil {
 		if out == nil {
 			out = make(map[string]*fnv1.ResourceSelector, 1)
 		}
-		out[requirementObjectStorage] = objectStorageSelector(db.ObjectStorage)
+		out[requirementObjectStorage] = p.Archive.Require
 	}
 	if p.Drill != nil && p.Drill.Require != nil {
 		if out == nil {

@@ -36,7 +36,9 @@ func examples(t *testing.T) []example {
 	for _, f := range files {
 		out = append(out, example{strings.TrimSuffix(filepath.Base(f), ".yaml"), f, "example/composition.yaml"})
 	}
-	return append(out, example{"legacy", "example/legacy/xr.yaml", "example/legacy/composition.yaml"})
+	return append(out,
+		example{"legacy", "example/legacy/xr.yaml", "example/legacy/composition.yaml"},
+		example{"archive", "example/archive/xr.yaml", "example/archive/composition.yaml"})
 }
 
 // TestGoldenExamples pins the whole response for every example: a new

@@ -21,6 +21,7 @@ import (
 
 	"github.com/crossplane/function-sdk-go/logging"
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/crossplane/function-sdk-go/resource"
 
 	"github.com/example/function-database/internal/wire"
 )
@@ -398,6 +399,20 @@ func decodeInto[T any](t testing.TB, s *structpb.Struct) *T {
 		t.Fatalf("cannot decode %T strictly: %v", out, err)
 	}
 	return out
+}
+
+// setObservedStatus replaces the status of the observed resource name.
+func setObservedStatus(t testing.TB, req *fnv1.RunFunctionRequest, name resource.Name, status map[string]any) {
+	t.Helper()
+	r := req.GetObserved().GetResources()[string(name)]
+	if r == nil {
+		t.Fatalf("no observed %s", name)
+	}
+	st, err := structpb.NewStruct(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Resource.Fields["status"] = structpb.NewStructValue(st)
 }
 
 func encodeObserved(t testing.TB, obj runtime.Object) *fnv1.Resource {

@@ -109,6 +109,12 @@ const (
 	// spec.restoreFrom.attempt it runs.
 	annotationRestoreAttempt = "database.example.com/restore-attempt"
 
+	// annotationObjectStorageSource on the copy N-object-storage: the
+	// platform's Secret (namespace/name) it was copied from. A copy from
+	// the Secret input.objectStorage.secretRef names now, with both keys,
+	// behind an archive that works, needs no fresh read (archive.go).
+	annotationObjectStorageSource = "database.example.com/object-storage-source"
+
 	annotationFailoverFrom  = "database.example.com/failover-from"
 	annotationFailoverCount = "database.example.com/failover-count"
 	// annotationFailoverTarget marks a planned switchover's Job and names

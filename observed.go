@@ -72,7 +72,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.Backup, errs[4] = decodeAs[batchv1.CronJob](rs, rnBackup, cronJobFields)
 	o.Restore, errs[5] = decodeAs[batchv1.Job](rs, rnRestore, wire.Whole)
 	o.Failover, errs[6] = decodeAs[batchv1.Job](rs, rnFailover, wire.Whole)
-	o.ObjectStorage, errs[7] = decodeAs[corev1.Secret](rs, rnObjectStorage, secretFields)
+	o.ObjectStorage, errs[7] = decodeAs[corev1.Secret](rs, rnObjectStorage, objectStorageFields)
 	o.ArchiveCheck, errs[8] = decodeAs[batchv1.CronJob](rs, rnArchiveCheck, cronJobFields)
 	o.Drill, errs[9] = decodeAs[batchv1.CronJob](rs, rnDrill, cronJobFields)
 	return o, errors.Join(errs[:]...)
@@ -89,9 +89,12 @@ var (
 	// composes itself and never reads back; decoding it would add a third to
 	// the CPU of a request with full observed state (notes/issue-14.md).
 	// Every other field reads as the cluster has it.
-	cronJobFields   = wire.Omit{"spec": {"jobTemplate": nil}}
-	secretFields    = wire.Fields{"data": nil, "metadata": {"resourceVersion": nil}}
-	configMapFields = wire.Fields{"data": {keyInitialized: nil, keyPrimary: nil}}
+	cronJobFields = wire.Omit{"spec": {"jobTemplate": nil}}
+	secretFields  = wire.Fields{"data": nil, "metadata": {"resourceVersion": nil}}
+	// The copy of the platform's object storage Secret: its keys and where
+	// they came from.
+	objectStorageFields = wire.Fields{"data": nil, "metadata": {"annotations": {annotationObjectStorageSource: nil}}}
+	configMapFields     = wire.Fields{"data": {keyInitialized: nil, keyPrimary: nil}}
 	// Every field of the StatefulSet that makePlan, ready and status read.
 	statefulSetFields = wire.Fields{
 		"metadata": {"generation": nil, "annotations": {annotationMajor: nil}},
