@@ -538,3 +538,42 @@ func untar(t *testing.T, layer []byte) map[string][]byte {
 		files[path.Clean("/"+h.Name)] = b
 	}
 }
+
+// TestCrossplaneConstraint: both packages admit no Crossplane older than
+// the one the e2e suite installs (hack/tools.sh CORE_VERSION), the only
+// core version tested: a constraint wider than the tests promises what
+// nobody checked.
+func TestCrossplaneConstraint(t *testing.T) {
+	root, err := testtools.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "hack", "tools.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^CORE_VERSION=(v\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("hack/tools.sh sets no CORE_VERSION")
+	}
+	want := ">=" + string(m[1])
+	for _, f := range []string{"package/crossplane.yaml", "configuration/crossplane.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Spec struct {
+				Crossplane struct {
+					Version string `json:"version"`
+				} `json:"crossplane"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(b, &meta); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if got := meta.Spec.Crossplane.Version; got != want {
+			t.Errorf("%s: spec.crossplane.version %q, want %q (the Crossplane the e2e suite runs)", f, got, want)
+		}
+	}
+}
