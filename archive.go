@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -298,10 +299,21 @@ func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blo
 		return nil, []blocked{{reasonRestoreAfterCreate, "spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from " + spec.Database}}
 	case p.Initialized:
 		// Ready once: the first primary restored, replayed and promoted
-		// before it could be.
+		// before it could be. What it reached is in its pod's status (the
+		// termination message of its first run): asked for on this
+		// reconcile only, recorded, never asked for again.
+		sel := podSelector(db, instanceLabels(db))
+		rep := o.RestoreReport
+		if !rep.Resolved {
+			return &restorePlan{Status: &want, RequireInstances: sel, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
+				"the first primary restored the archive of " + spec.Database + "; reading what it reached from its pod"}}, nil
+		}
 		st := want
 		st.Completed = true
-		return &restorePlan{Status: &st, Condition: archiveRestored(&st)}, nil
+		if r := rep.Report; r != nil {
+			st.RestoredTo, st.LSN, st.Timeline = r.RestoredTo, r.LSN, r.Timeline
+		}
+		return &restorePlan{Status: &st, RequireInstances: sel, Condition: archiveRestored(&st)}, nil
 	}
 	return &restorePlan{Status: &want, Pending: true, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
 		"the first primary restores the archive of " + spec.Database + " (" + where + ") to " + to + ": the newest full backup before it, then the WAL up to it; the Database is ready once replayed (a target the archive does not reach holds the pod, saying so)"}}, nil
@@ -320,7 +332,62 @@ func pointOf(st *restoreStatus) string {
 }
 
 func archiveRestored(st *restoreStatus) condition {
-	return condition{condRestored, fnv1.Status_STATUS_CONDITION_TRUE, reasonRestoreSucceeded, "restored the archive of " + st.Source + pointOf(st)}
+	msg := "restored the archive of " + st.Source + pointOf(st)
+	switch {
+	case st.LSN == "":
+		msg += "; what the replay reached was not reported (the first primary's container restarted again before it was read; its log says)"
+	case st.RestoredTo == "":
+		msg += ": no transaction was replayed after the backup; timeline " + strconv.FormatInt(st.Timeline, 10) + " starts at " + st.LSN
+	default:
+		msg += ": the last transaction replayed committed at " + st.RestoredTo + "; timeline " + strconv.FormatInt(st.Timeline, 10) + " starts at " + st.LSN
+	}
+	return condition{condRestored, fnv1.Status_STATUS_CONDITION_TRUE, reasonRestoreSucceeded, msg}
+}
+
+// restoreReport is the first primary's report of a restore from the
+// archive (entrypoint.sh restore_primary): its termination message.
+type restoreReport struct {
+	// Resolved: the instance pods were read.
+	Resolved bool
+	Report   *archiveRestoreReport
+}
+
+type archiveRestoreReport struct {
+	Result     string `json:"result"`
+	RestoredTo string `json:"restoredTo"`
+	LSN        string `json:"lsn"`
+	Timeline   int64  `json:"timeline"`
+}
+
+// lookupRestoreReport reads the report from the postgres container of pod
+// (ordinal 0): its current state when it just ended, else its last one.
+func lookupRestoreReport(req *fnv1.RunFunctionRequest, pod string) restoreReport {
+	rs, ok := req.GetRequiredResources()[requirementInstances]
+	if !ok {
+		return restoreReport{}
+	}
+	out := restoreReport{Resolved: true}
+	for _, r := range rs.GetItems() {
+		p := r.GetResource()
+		if stringAt(p, "metadata", "name") != pod {
+			continue
+		}
+		for _, cs := range structAt(p, "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
+			st := cs.GetStructValue()
+			if stringAt(st, "name") != containerPostgres {
+				continue
+			}
+			for _, at := range []string{"state", "lastState"} {
+				var rep archiveRestoreReport
+				msg := stringAt(structAt(st, at, "terminated"), "message")
+				if msg != "" && json.Unmarshal([]byte(msg), &rep) == nil && rep.Result == "restored" && rep.LSN != "" {
+					out.Report = &rep
+					return out
+				}
+			}
+		}
+	}
+	return out
 }
 
 // archiveQueueMax is an eighth of the data volume in MiB, at least 64: with

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -295,6 +296,90 @@ func TestResolveObjectStorage(t *testing.T) {
 
 // TestArchiveRestore: a new Database restored from another's archive: the
 // first primary gets the source's repository and the target in its
+// TestArchiveRestoreReport: what a restore from the archive reached is read
+// from its first primary's last termination message, on the one reconcile
+// after it is ready and before status.restore records it, and never again;
+// a report lost to a second restart still completes the record, saying so.
+func TestArchiveRestoreReport(t *testing.T) {
+	const report = `{"result":"restored","source":"ledger","restoredTo":"2026-12-02T06:43:27.912345Z","lsn":"0/5000060","timeline":2,"seconds":41}`
+	const xr = `apiVersion: example.com/v1
+kind: Database
+metadata: {name: ledger-copy, namespace: shop}
+spec:
+  version: "16"
+  size: small
+  restoreFrom: {database: ledger, from: Archive, pointInTime: "2026-12-02T07:43:28.082071+01:00"}`
+	ready := func(t *testing.T) *fnv1.RunFunctionRequest {
+		req := xrRequest(yamlStruct(t, xr), compositionInput(t, "example/archive/composition.yaml"))
+		feedBack(t, req, runTest(t, req), true)
+		return req
+	}
+	// withReport: the instance pods, the first one's postgres container
+	// restarted once with message as its last termination message.
+	withReport := func(t *testing.T, req *fnv1.RunFunctionRequest, message string) []*structpb.Struct {
+		pods := instancePodsOf(t, req)
+		for _, p := range pods {
+			if stringAt(p, "metadata", "name") != "ledger-copy-0" {
+				continue
+			}
+			cs, err := structpb.NewList([]any{map[string]any{
+				"name": containerPostgres, "ready": true, "restartCount": 1,
+				"state":     map[string]any{"running": map[string]any{"startedAt": "2026-12-02T06:50:12Z"}},
+				"lastState": map[string]any{"terminated": map[string]any{"exitCode": 0, "reason": "Completed", "message": message}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			structAt(p, "status").Fields["containerStatuses"] = structpb.NewListValue(cs)
+		}
+		return append(slices.Clip(exampleCluster(t)), pods...)
+	}
+	restoreOf := func(rsp *fnv1.RunFunctionResponse) map[string]any {
+		return rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["restore"].GetStructValue().AsMap()
+	}
+
+	t.Run("reported", func(t *testing.T) {
+		req := ready(t)
+		// Crossplane's first call: no pods yet; the function asks, records nothing.
+		first := runOnce(t, req)
+		if first.GetRequirements().GetResources()[requirementInstances] == nil {
+			t.Fatal("the instance pods not asked for while the restore is not recorded")
+		}
+		if got := restoreOf(first)["completed"]; got != false {
+			t.Errorf("recorded before the pods were read: completed %v", got)
+		}
+		rsp := runTestIn(t, req, withReport(t, req, report))
+		want := map[string]any{"source": "ledger", "backup": "archive", "pointInTime": "2026-12-02T06:43:28.082071Z", "completed": true,
+			"restoredTo": "2026-12-02T06:43:27.912345Z", "lsn": "0/5000060", "timeline": float64(2)}
+		if diff := cmp.Diff(want, restoreOf(rsp)); diff != "" {
+			t.Errorf("status.restore (-want +got):\n%s", diff)
+		}
+		if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || !strings.Contains(c.GetMessage(), "committed at 2026-12-02T06:43:27.912345Z; timeline 2 starts at 0/5000060") {
+			t.Errorf("Restored %v, want True naming the point reached", c)
+		}
+		// Recorded: the pods are not asked for again (one call).
+		feedBack(t, req, rsp, true)
+		again := runOnce(t, req)
+		if again.GetRequirements().GetResources()[requirementInstances] != nil {
+			t.Error("the instance pods still asked for once the restore is recorded")
+		}
+		if diff := cmp.Diff(restoreOf(rsp), restoreOf(again)); diff != "" {
+			t.Errorf("the record changed (-before +after):\n%s", diff)
+		}
+	})
+	t.Run("lost", func(t *testing.T) {
+		req := ready(t)
+		rsp := runTestIn(t, req, withReport(t, req, "killed by the OOM killer"))
+		st := restoreOf(rsp)
+		if st["completed"] != true || st["restoredTo"] != nil || st["lsn"] != nil {
+			t.Errorf("status.restore %v, want completed without a point", st)
+		}
+		if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || !strings.Contains(c.GetMessage(), "was not reported") {
+			t.Errorf("Restored %v, want True saying the point was not reported", c)
+		}
+	})
+}
+
 // ConfigMap until it has been ready, then status.restore records it.
 func TestArchiveRestore(t *testing.T) {
 	xr := yamlStruct(t, `apiVersion: example.com/v1

@@ -72,6 +72,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	o.Source = lookupSource(req)
 	o.FailoverRecord = readFailoverRecord(xr)
 	o.Instances = lookupInstances(req)
+	o.RestoreReport = lookupRestoreReport(req, podName(db, 0))
 	if !o.Instances.Resolved {
 		o.Instances = settledInstances(db, o.StatefulSet)
 	}
@@ -200,6 +201,12 @@ func requirements(p *plan) map[string]*fnv1.ResourceSelector {
 	var out map[string]*fnv1.ResourceSelector
 	if p.Restore != nil && p.Restore.Require != nil {
 		out = map[string]*fnv1.ResourceSelector{requirementRestoreSource: p.Restore.Require}
+	}
+	if p.Restore != nil && p.Restore.RequireInstances != nil {
+		if out == nil {
+			out = make(map[string]*fnv1.ResourceSelector, 1)
+		}
+		out[requirementInstances] = p.Restore.RequireInstances
 	}
 	if p.Archive != nil && p.Archive.Require != nil {
 		if out == nil {

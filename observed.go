@@ -32,6 +32,10 @@ type observed struct {
 	// restore's memory and its source (restore.go). readObserved leaves
 	// them empty; RunFunction reads them from the request.
 	RestoreRecord *restoreStatus
+	// RestoreReport is what the first primary of a restore from the
+	// archive reported (its termination message), read from the instance
+	// pods when they were asked for.
+	RestoreReport restoreReport
 	Source        sourceLookup
 	// FailoverRecord is status.failover; Instances and FailoverOutcome
 	// what the required resources say of the instance pods and of the

@@ -101,7 +101,14 @@ type restoreStatus struct {
 	Attempt int64  `json:"attempt,omitempty"`
 	// PointInTime is the archive's point a restore from the archive
 	// restored to (RFC 3339); empty: the archive's end, or a volume backup.
-	PointInTime    string       `json:"pointInTime,omitempty"`
+	PointInTime string `json:"pointInTime,omitempty"`
+	// RestoredTo, LSN and Timeline: what a restore from the archive
+	// reached, as its first primary reported it: the commit time of the
+	// last transaction replayed (RFC 3339; empty when none was), and the
+	// LSN and timeline where this Database's own history starts.
+	RestoredTo     string       `json:"restoredTo,omitempty"`
+	LSN            string       `json:"lsn,omitempty"`
+	Timeline       int64        `json:"timeline,omitempty"`
 	Completed      bool         `json:"completed"`
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
@@ -135,6 +142,10 @@ type restorePlan struct {
 	Failed bool
 	// Require asks Crossplane for the source Database.
 	Require *fnv1.ResourceSelector
+	// RequireInstances asks for the instance pods: a restore from the
+	// archive done and not recorded yet, whose report is the first
+	// primary's termination message.
+	RequireInstances *fnv1.ResourceSelector
 }
 
 // planRestore decides the restore (see the comment above the constants);
@@ -431,7 +442,12 @@ func readRestoreRecord(xr *structpb.Struct) *restoreStatus {
 		Source:      stringAt(s, "source"),
 		Backup:      stringAt(s, "backup"),
 		PointInTime: stringAt(s, "pointInTime"),
+		RestoredTo:  stringAt(s, "restoredTo"),
+		LSN:         stringAt(s, "lsn"),
 		Completed:   s.GetFields()["completed"].GetBoolValue(),
+	}
+	if n, ok := s.GetFields()["timeline"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 && n.NumberValue < 1<<32 {
+		st.Timeline = int64(n.NumberValue)
 	}
 	if n, ok := s.GetFields()["attempt"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 && n.NumberValue <= maxRestoreAttempt {
 		st.Attempt = int64(n.NumberValue)

@@ -451,7 +451,6 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 	s.appDB(t, ns, primary, db, "CREATE TABLE marks (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
 	s.appDB(t, ns, primary, db, "INSERT INTO marks (id) SELECT generate_series(1, 100)")
 	target := s.appDB(t, ns, primary, db, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
-	time.Sleep(1100 * time.Millisecond) // the next commit a clock tick later
 	s.appDB(t, ns, primary, db, "INSERT INTO marks (id) SELECT generate_series(101, 150)")
 	// The target is reached only by replaying a commit after it: that
 	// segment must be in the bucket.
@@ -485,6 +484,21 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 	if gerr != nil || werr != nil || !gt.Equal(wt) {
 		t.Errorf("status.restore.pointInTime %q, want %q", got, target)
 	}
+	// What the replay reached, as the restored primary reported it (its
+	// first run's termination message): the commit of the first 100 rows,
+	// after their clock_timestamp() and not after the target.
+	inserted := s.appDB(t, ns, copyName+"-0", "ledger_pitr", `SELECT to_char(max(at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM marks WHERE id <= 100`)
+	reached := str(cu, "status", "restore", "restoredTo")
+	rt, rerr := time.Parse(time.RFC3339Nano, reached)
+	it, ierr := time.Parse(time.RFC3339Nano, inserted)
+	if rerr != nil || ierr != nil || rt.Before(it) || rt.After(wt) {
+		t.Errorf("status.restore.restoredTo %q, want the first rows' commit: after %s, not after %s", reached, inserted, target)
+	}
+	if tl, _, _ := unstructured.NestedInt64(cu.Object, "status", "restore", "timeline"); tl < 2 || str(cu, "status", "restore", "lsn") == "" {
+		rec, _, _ := unstructured.NestedMap(cu.Object, "status", "restore")
+		t.Errorf("status.restore %v: want the new timeline and its start", rec)
+	}
+	t.Logf("status.restore: restoredTo %s (target %s), timeline starts at %s", reached, target, str(cu, "status", "restore", "lsn"))
 	// The standby, cloned from the restored primary, follows it past the
 	// target: its recovery settings are gone.
 	s.appDB(t, ns, copyName+"-0", "ledger_pitr", "INSERT INTO marks (id) VALUES (1000)")

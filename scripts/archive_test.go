@@ -288,6 +288,41 @@ func (c *cluster) restoreInto(t *testing.T, in *instance, target string) (port i
 	return port, time.Since(start)
 }
 
+// restoreReport is what a primary restored from an archive reports as its
+// termination message (entrypoint.sh restore_primary).
+type restoreReport struct {
+	Result     string  `json:"result"`
+	Source     string  `json:"source"`
+	RestoredTo string  `json:"restoredTo"`
+	LSN        string  `json:"lsn"`
+	Timeline   int     `json:"timeline"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// restoreReport waits for the entrypoint to exit after a restore, as it
+// must, and reads its report.
+func (in *instance) restoreReport(t *testing.T, timeout time.Duration) restoreReport {
+	t.Helper()
+	if err := in.waitExit(timeout); err != nil {
+		t.Fatalf("%v: a restoring entrypoint exits once restored\n%s", err, tail(in.lastLog(), 40))
+	}
+	in.mu.Lock()
+	err := in.err
+	in.mu.Unlock()
+	if err != nil {
+		t.Fatalf("%s: the restoring entrypoint exited with %v\n%s", in.pod, err, tail(in.lastLog(), 40))
+	}
+	b, err := os.ReadFile(in.terminationLog())
+	if err != nil {
+		t.Fatalf("no report: %v\n%s", err, tail(in.lastLog(), 40))
+	}
+	var r restoreReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("report %q: %v", b, err)
+	}
+	return r
+}
+
 // waitClockPast waits until the instance's clock is in a later whole second
 // than after: a condition on the clock itself, not a sleep.
 func (c *cluster) waitClockPast(t *testing.T, in *instance, after time.Time) {
@@ -376,10 +411,29 @@ func TestArchive(t *testing.T) {
 		cq := cp.instance(0)
 		start := time.Now()
 		cq.start(t)
-		took = cq.waitReady(t, 3*time.Minute)
-		t.Logf("a new Database restored to %s and ready in %v", target, took.Round(time.Millisecond))
+		// Restored, the entrypoint exits once with its report (the pod's
+		// termination message); the kubelet's restart is the next start.
+		rep := cq.restoreReport(t, 3*time.Minute)
+		t.Logf("restored in %v: %+v", time.Since(start).Round(time.Millisecond), rep)
+		cq.start(t)
+		cq.waitReady(t, 3*time.Minute)
+		t.Logf("a new Database restored to %s and ready in %v", target, time.Since(start).Round(time.Millisecond))
 		if got := cp.appSQL(t, cq, "SELECT count(*), max(id) FROM t"); got != "100|100" {
 			t.Errorf("the restored Database %s has count|max %s, want 100|100", cp.db, got)
+		}
+		// The report names the last transaction replayed: the first 100
+		// rows' commit, after their clock_timestamp() and before the target.
+		inserted := cp.appSQL(t, cq, "SELECT to_char(max(at) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM t")
+		lo, err1 := time.Parse(time.RFC3339Nano, inserted)
+		hi, err2 := time.Parse("2006-01-02 15:04:05.999999-07", target)
+		reached, err3 := time.Parse(time.RFC3339Nano, rep.RestoredTo)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			t.Errorf("report %+v: %v", rep, err)
+		} else if reached.Before(lo) || reached.After(hi) {
+			t.Errorf("restoredTo %s, want the first rows' commit: after %s, not after the target %s", rep.RestoredTo, lo, hi)
+		}
+		if rep.Result != "restored" || rep.Source != c.db || rep.Timeline != 2 || rep.LSN == "" {
+			t.Errorf("report %+v: want result restored, source %s, timeline 2, an LSN", rep, c.db)
 		}
 		if got := cp.superSQL(t, cq, "postgres", "SELECT current_setting('recovery_target_time') || '|' || current_setting('restore_command')"); got != "|" {
 			t.Errorf("the restored primary keeps recovery settings %q: a standby cloned from it would stop at the target", got)

@@ -179,7 +179,7 @@ var (
 var Contract = []Script{
 	{
 		Name: Entrypoint,
-		Does: "The command of the postgres container of every instance pod. The ordinal SCRIPTS_DIR/primary names (0 until a failover) is the primary: it initialises an empty data directory once (initdb, roles, database), unless the Database was initialised before (SCRIPTS_DIR/initialized is true, or a peer's postgres answers): then it holds, unready and alive. Every other ordinal clones the primary (pg_basebackup through slot POD_NAME, '-' as '_') and streams from PRIMARY_HOST; a completed clone is never cloned again, a former primary is rewound (pg_rewind) or cloned once a primary on a newer timeline answers. Every path ends in `exec postgres`.",
+		Does: "The command of the postgres container of every instance pod. The ordinal SCRIPTS_DIR/primary names (0 until a failover) is the primary: it initialises an empty data directory once (initdb, roles, database), unless the Database was initialised before (SCRIPTS_DIR/initialized is true, or a peer's postgres answers): then it holds, unready and alive. Every other ordinal clones the primary (pg_basebackup through slot POD_NAME, '-' as '_') and streams from PRIMARY_HOST; a completed clone is never cloned again, a former primary is rewound (pg_rewind) or cloned once a primary on a newer timeline answers. Every path ends in `exec postgres`, but one: a first primary restored from an archive (restore-repo) exits once, its report as the termination message, and serves at its next start.",
 		Env: []Var{
 			{Name: EnvPodName, Need: Required, Meaning: "the pod's name; the ordinal after its last '-' picks the role; also cluster_name, application_name and the slot's name"},
 			{Name: EnvPGData, Need: Required, Meaning: "the data directory, on the data volume (its parent holds the replication passfile and the rewind mark)"},
@@ -203,6 +203,7 @@ var Contract = []Script{
 			stateDir,
 			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between clone attempts, and between looks while holding"},
 			{Name: "CLONE_MAX_RATE", Need: Optional, Meaning: "pg_basebackup --max-rate of a clone (none: unbounded)"},
+			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where a primary restored from an archive writes what it reached (JSON: result, source, restoredTo, lsn, timeline, seconds) before it exits once"},
 			peerTimeout, peerHosts, peerOrds, scramSalt,
 		},
 	},

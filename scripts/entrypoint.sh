@@ -13,8 +13,9 @@
 # (no completion marker) is wiped and redone. A former primary rejoins as a
 # standby (cloned again) only once a primary on a newer timeline answers:
 # data is never discarded on the word of a ConfigMap alone. Every path ends
-# in `exec postgres` in the foreground; a hold re-runs this script when the
-# function names another primary.
+# in `exec postgres` in the foreground, but one: a primary restored from an
+# archive exits once, reporting what it restored (restore_primary); a hold
+# re-runs this script when the function names another primary.
 #
 # Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
 # APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
@@ -23,7 +24,8 @@
 # PEER_DOMAIN (the headless Service's domain: peers are N-k.PEER_DOMAIN),
 # PEER_TIMEOUT (seconds to connect to a peer, default 2; lib.sh remote_query),
 # PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts),
-# SCRAM_TEST_SALT (tests; lib.sh scram_verifier).
+# SCRAM_TEST_SALT (tests; lib.sh scram_verifier), TERMINATION_LOG (default
+# /dev/termination-log: a restore from the archive reports there).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,6 +40,7 @@ PRIMARY_PORT=${PRIMARY_PORT:-5432}
 require_int PRIMARY_PORT 1
 RETRY_INTERVAL=${RETRY_INTERVAL:-5}
 require_int RETRY_INTERVAL 1
+TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
 [[ $PGHOST == /* ]] || die "PGHOST must be the socket directory (an absolute path), got '$PGHOST'"
 
 BOOTSTRAP_MARKER="$PGDATA/database.bootstrapped"
@@ -230,15 +233,16 @@ start_postgres() {
 	exec postgres -D "$PGDATA"
 }
 
-# bootstrap_sql: the SQL that creates the roles and the database. Passwords
-# travel as psql variables on stdin, never as arguments.
-bootstrap_sql() {
+# password_vars: the psql variables both bootstrap_sql and restore_sql set
+# the roles' passwords from: su, repl and app (the role names) and su_pw,
+# repl_pw and app_pw (their SCRAM verifiers, from this Database's Secrets).
+# Only SCRAM verifiers reach the server, never a plaintext password.
+password_vars() {
 	local su_pw repl repl_pw app_pw
 	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
 	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
 	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
-	# Only SCRAM verifiers reach the server, never a plaintext password.
 	scram_verifier su_pw "$su_pw" || return 1
 	scram_verifier repl_pw "$repl_pw" || return 1
 	scram_verifier app_pw "$app_pw" || return 1
@@ -248,6 +252,12 @@ bootstrap_sql() {
 	psql_set repl_pw "$repl_pw"
 	psql_set app "$APP_USER"
 	psql_set app_pw "$app_pw"
+}
+
+# bootstrap_sql: the SQL that creates the roles and the database. Passwords
+# travel as psql variables on stdin, never as arguments.
+bootstrap_sql() {
+	password_vars || return 1
 	psql_set db "$DB_NAME"
 	# Statement logging off for this session as well: a verifier is not the
 	# password, but it allows an offline guess at it.
@@ -291,23 +301,10 @@ init_primary() {
 # archive, its app database and role take this Database's names (a restored
 # copy of orders serving as orders-copy answers as orders_copy), and every
 # role this Database's Secrets' passwords (the source's are not this
-# Database's). Passwords travel as psql variables, as in bootstrap_sql.
+# Database's). Passwords travel as psql variables (password_vars).
 restore_sql() {
-	local src=$1 su_pw repl repl_pw app_pw
-	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
-	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
-	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
-	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
-	scram_verifier su_pw "$su_pw" || return 1
-	scram_verifier repl_pw "$repl_pw" || return 1
-	scram_verifier app_pw "$app_pw" || return 1
-	psql_set su "$superuser"
-	psql_set su_pw "$su_pw"
-	psql_set repl "$repl"
-	psql_set repl_pw "$repl_pw"
-	psql_set src "$src"
-	psql_set app "$APP_USER"
-	psql_set app_pw "$app_pw"
+	password_vars || return 1
+	psql_set src "$1"
 	psql_set db "$DB_NAME"
 	cat <<-'SQL'
 		SET log_statement = 'none';
@@ -342,9 +339,12 @@ restore_sql() {
 # are applied (restore_sql). Then it is bootstrapped as an initdb'd primary
 # would be; its own archive starts on its new timeline (the sidecar creates
 # its stanza). A target the archive does not reach stops postgres: the pod
-# holds, saying so.
+# holds, saying so. Done, the container exits once with a JSON termination
+# message (result, source, restoredTo: the last replayed commit's time, lsn
+# and timeline where the new timeline starts, seconds) that the function
+# records in status.restore; its next start serves as the primary.
 restore_primary() {
-	local started=$SECONDS repo target='' src args=() row
+	local started=$SECONDS repo target='' src args=() row report replayed lsn timeline
 	read_file_into repo "$SCRIPTS_DIR/restore-repo" || die "restore-repo unreadable"
 	read_file_into src "$SCRIPTS_DIR/restore-source" || die "restore-source unreadable"
 	if [[ -s $SCRIPTS_DIR/restore-target ]]; then
@@ -378,13 +378,33 @@ restore_primary() {
 		fi
 		sleep_interruptibly 1
 	done
+	# What the replay reached: the commit time of the last transaction it
+	# applied (static once promoted), and where the new timeline starts.
+	report=$(psql -X -A -t -q -F ' ' -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres <<-'SQL'
+		SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '-'),
+		       pg_current_wal_lsn(),
+		       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+	SQL
+	) || hold "the restored copy does not answer after its promotion (above)"
+	read -r replayed lsn timeline <<<"$report"
+	[[ $replayed != - ]] || replayed=''
 	restore_sql "$src" | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres >&2
 	pg_ctl -D "$PGDATA" -m fast -w -t 120 stop >&2
 	trap - EXIT
 	rm -f "$PGDATA/recovery.signal" "$PGDATA/standby.signal"
 	date -u +%Y-%m-%dT%H:%M:%SZ >"$BOOTSTRAP_MARKER"
 	sync "$BOOTSTRAP_MARKER" "$PGDATA"
-	log "primary restored in $((SECONDS - started))s from $repo to ${target:-the end of the archive}: database $src served as $DB_NAME"
+	log "primary restored in $((SECONDS - started))s from $repo to ${target:-the end of the archive}: database $src served as $DB_NAME;" \
+		"the last transaction replayed committed at ${replayed:-(none replayed)}, timeline $timeline starts at $lsn"
+	# The point reached leaves the pod the only way it can (no API access):
+	# as this container's termination message, which the kubelet keeps in
+	# the pod's status (lastState) and the function records in
+	# status.restore. So the container ends here once; the kubelet starts it
+	# again and it serves as the primary (the marker above).
+	printf '%s\n' "{\"result\":\"restored\",\"source\":\"$(json_escape "$src")\",\"restoredTo\":\"$replayed\",\"lsn\":\"$lsn\",\"timeline\":$timeline,\"seconds\":$((SECONDS - started))}" \
+		>"$TERMINATION_LOG" 2>/dev/null || log "cannot write $TERMINATION_LOG: status.restore will not say the point reached"
+	log "exiting once, so that the pod's status says what was restored; the kubelet starts this container again as the primary"
+	exit 0
 }
 
 # new_primary: a new Database's first primary: restored from an archive

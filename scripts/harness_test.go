@@ -343,6 +343,12 @@ func (c *cluster) instance(ordinal int) *instance {
 }
 
 // env is the postgres container's environment (CONTRACT.md) for this pod.
+// terminationLog is the file the kubelet reads a container's termination
+// message from (/dev/termination-log in a pod).
+func (in *instance) terminationLog() string {
+	return filepath.Join(in.dir, "termination-log")
+}
+
 func (in *instance) env(extra ...string) []string {
 	c := in.c
 	primaryPort := in.port
@@ -369,6 +375,7 @@ func (in *instance) env(extra ...string) []string {
 		// pods' 120 s (probe.sh named_standby), which only
 		// TestFailover/a standby named the primary is about.
 		"NAMED_STANDBY_SECONDS=86400",
+		"TERMINATION_LOG="+in.terminationLog(),
 	)
 	env = append(env, in.archiveEnvOf()...)
 	env = append(env, in.extra...)
