@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net"
@@ -372,18 +371,10 @@ func lookupRestoreReport(req *fnv1.RunFunctionRequest, pod string) restoreReport
 		if stringAt(p, "metadata", "name") != pod {
 			continue
 		}
-		for _, cs := range structAt(p, "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
-			st := cs.GetStructValue()
-			if stringAt(st, "name") != containerPostgres {
-				continue
-			}
-			for _, at := range []string{"state", "lastState"} {
-				var rep archiveRestoreReport
-				msg := stringAt(structAt(st, at, "terminated"), "message")
-				if msg != "" && json.Unmarshal([]byte(msg), &rep) == nil && rep.Result == "restored" && rep.LSN != "" {
-					out.Report = &rep
-					return out
-				}
+		for _, last := range []bool{false, true} {
+			if rep := decodeReport(terminationMessage(p, containerPostgres, last), func(r *archiveRestoreReport) bool { return r.Result == "restored" && r.LSN != "" }); rep != nil {
+				out.Report = rep
+				return out
 			}
 		}
 	}

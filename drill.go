@@ -146,15 +146,8 @@ func lookupDrillOutcome(req *fnv1.RunFunctionRequest, since time.Time) drillOutc
 		if err != nil || created.Before(since) || (out.Verdict != nil && !created.After(newest)) {
 			continue
 		}
-		for _, cs := range structAt(pod, "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
-			st := cs.GetStructValue()
-			if stringAt(st, "name") != containerDrill {
-				continue
-			}
-			var v drillVerdict
-			if msg := stringAt(structAt(st, "state", "terminated"), "message"); msg != "" && json.Unmarshal([]byte(msg), &v) == nil && v.Result != "" {
-				out.Verdict, newest = &v, created
-			}
+		if v := decodeReport(terminationMessage(pod, containerDrill, false), func(v *drillVerdict) bool { return v.Result != "" }); v != nil {
+			out.Verdict, newest = v, created
 		}
 	}
 	return out

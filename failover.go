@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -671,17 +670,9 @@ func lookupFailoverOutcome(req *fnv1.RunFunctionRequest) failoverOutcome {
 	}
 	out := failoverOutcome{Resolved: true}
 	for _, r := range rs.GetItems() {
-		for _, cs := range structAt(r.GetResource(), "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
-			st := cs.GetStructValue()
-			if stringAt(st, "name") != containerFailover {
-				continue
-			}
-			msg := stringAt(structAt(st, "state", "terminated"), "message")
-			var o failoverOutcome
-			if msg != "" && json.Unmarshal([]byte(msg), &o) == nil && o.Result != "" {
-				o.Resolved = true
-				out = o
-			}
+		if o := decodeReport(terminationMessage(r.GetResource(), containerFailover, false), func(o *failoverOutcome) bool { return o.Result != "" }); o != nil {
+			o.Resolved = true
+			out = *o
 		}
 	}
 	return out
