@@ -79,6 +79,46 @@ type objectStorage struct {
 	CheckMinutes int32
 	// DrillSchedule is the restore drill's schedule; "" when it is off.
 	DrillSchedule string
+	// CrossNamespace are the platform's rules for restoring another
+	// namespace's archives (input crossNamespaceRestores).
+	CrossNamespace []v1beta1.CrossNamespaceRestore
+}
+
+// anyNamespace in a crossNamespaceRestores rule matches every namespace.
+const anyNamespace = "*"
+
+// restoreAllowed tells whether a Database in namespace to may restore the
+// archives of namespace from: its own always, another's only by a rule.
+func (os *objectStorage) restoreAllowed(from, to string) bool {
+	if from == to {
+		return true
+	}
+	for _, r := range os.CrossNamespace {
+		if (r.From == anyNamespace || r.From == from) && (r.To == anyNamespace || r.To == to) {
+			return true
+		}
+	}
+	return false
+}
+
+// forbiddenRestore refuses a restore from another namespace's archive that
+// the platform's rules do not allow: until the Database was first ready
+// (its record absent) the function composes nothing for it, rather than an
+// empty database where a restore was asked for. A restore done stays done
+// if a rule is removed later.
+func forbiddenRestore(db *database, o *observed) error {
+	r := db.RestoreFrom
+	if r == nil || r.From != restoreFromArchive || db.ObjectStorage == nil || initialized(o) ||
+		(o.RestoreRecord != nil && o.RestoreRecord.Completed) {
+		return nil
+	}
+	from := r.sourceNamespace(db)
+	if db.ObjectStorage.restoreAllowed(from, db.Namespace) {
+		return nil
+	}
+	return fmt.Errorf("spec.restoreFrom.namespace: restoring the archive of %s/%s into namespace %s is not allowed by the platform: "+
+		"the Composition's function input has no objectStorage.crossNamespaceRestores rule from %s to %s (ask the platform team, or restore a Database of this namespace); nothing is composed until then",
+		from, r.Database, db.Namespace, from, db.Namespace)
 }
 
 var (
@@ -136,6 +176,20 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 		}
 		os.CheckMinutes = *m
 	}
+	for i, r := range in.CrossNamespaceRestores {
+		rp := p.Child("crossNamespaceRestores").Index(i)
+		for _, f := range []struct {
+			name, v string
+		}{{"from", r.From}, {"to", r.To}} {
+			if f.v == anyNamespace {
+				continue
+			}
+			for _, m := range validation.IsDNS1123Label(f.v) {
+				errs = append(errs, field.Invalid(rp.Child(f.name), f.v, "must be a namespace or '*': "+m))
+			}
+		}
+	}
+	os.CrossNamespace = in.CrossNamespaceRestores
 	os.DrillSchedule = defaultDrillSchedule
 	if d := in.Drill; d != nil {
 		if d.Schedule != "" {
@@ -264,7 +318,7 @@ func archiveRestoreKeys(db *database, p *plan, data map[string]string) {
 	if r == nil || r.From != restoreFromArchive || db.ObjectStorage == nil || p.Initialized || p.Restore == nil || !p.Restore.Pending {
 		return
 	}
-	data[keyRestoreRepo] = repoPath(db.ObjectStorage, db.Namespace, r.Database)
+	data[keyRestoreRepo] = repoPath(db.ObjectStorage, r.sourceNamespace(db), r.Database)
 	data[keyRestoreSource] = strings.ReplaceAll(r.Database, "-", "_")
 	if r.PointInTime != "" {
 		t, _ := time.Parse(time.RFC3339Nano, r.PointInTime) // validated in parseSpec
@@ -280,18 +334,21 @@ func archiveRestoreKeys(db *database, p *plan, data map[string]string) {
 func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 	spec, rec := db.RestoreFrom, o.RestoreRecord
 	want := restoreStatus{Source: spec.Database, Backup: archiveBackup, PointInTime: spec.PointInTime}
+	if ns := spec.sourceNamespace(db); ns != db.Namespace {
+		want.Namespace = ns
+	}
 	to := "its end"
 	if spec.PointInTime != "" {
 		to = spec.PointInTime
 	}
-	where := "s3://" + db.ObjectStorage.Bucket + repoPath(db.ObjectStorage, db.Namespace, spec.Database)
+	where := "s3://" + db.ObjectStorage.Bucket + repoPath(db.ObjectStorage, spec.sourceNamespace(db), spec.Database)
 	switch {
 	case rec != nil && rec.Completed:
 		var b []blocked
-		if rec.Source != want.Source || rec.Backup != want.Backup || rec.PointInTime != want.PointInTime {
+		if rec.Source != want.Source || rec.Namespace != want.Namespace || rec.Backup != want.Backup || rec.PointInTime != want.PointInTime {
 			b = append(b, blocked{reasonRestoreAfterCreate, fmt.Sprintf(
 				"spec.restoreFrom names the archive of %s to %s, but %s/%s%s was restored: a restore runs once, at creation, and never over data; create a new Database to restore again",
-				spec.Database, to, rec.Source, rec.Backup, pointOf(rec))})
+				sourceOf(&want), to, sourceOf(rec), rec.Backup, pointOf(rec))})
 		}
 		return &restorePlan{Status: rec, Condition: archiveRestored(rec)}, b
 	case p.Initialized && rec == nil:
@@ -305,7 +362,7 @@ func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blo
 		rep := o.RestoreReport
 		if !rep.Resolved {
 			return &restorePlan{Status: &want, RequireInstances: sel, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
-				"the first primary restored the archive of " + spec.Database + "; reading what it reached from its pod"}}, nil
+				"the first primary restored the archive of " + sourceOf(&want) + "; reading what it reached from its pod"}}, nil
 		}
 		st := want
 		st.Completed = true
@@ -315,13 +372,22 @@ func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blo
 		return &restorePlan{Status: &st, RequireInstances: sel, Condition: archiveRestored(&st)}, nil
 	}
 	return &restorePlan{Status: &want, Pending: true, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
-		"the first primary restores the archive of " + spec.Database + " (" + where + ") to " + to + ": the newest full backup before it, then the WAL up to it; the Database is ready once replayed (a target the archive does not reach holds the pod, saying so)"}}, nil
+		"the first primary restores the archive of " + sourceOf(&want) + " (" + where + ") to " + to + ": the newest full backup before it, then the WAL up to it; the Database is ready once replayed (a target the archive does not reach holds the pod, saying so)"}}, nil
 }
 
 // archiveBackup is status.restore.backup of a restore from the archive.
 const archiveBackup = "archive"
 
 const reasonRestoreFromArchive = "RestoringFromArchive"
+
+// sourceOf names the restored Database, with its namespace when it is
+// another one's.
+func sourceOf(st *restoreStatus) string {
+	if st.Namespace != "" {
+		return st.Namespace + "/" + st.Source
+	}
+	return st.Source
+}
 
 func pointOf(st *restoreStatus) string {
 	if st.PointInTime == "" {
@@ -331,7 +397,7 @@ func pointOf(st *restoreStatus) string {
 }
 
 func archiveRestored(st *restoreStatus) condition {
-	msg := "restored the archive of " + st.Source + pointOf(st)
+	msg := "restored the archive of " + sourceOf(st) + pointOf(st)
 	switch {
 	case st.LSN == "":
 		msg += "; what the replay reached was not reported (the first primary's container restarted again before it was read; its log says)"

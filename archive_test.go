@@ -430,10 +430,94 @@ func TestArchiveRestoreInvalid(t *testing.T) {
 		{"not a time", `{database: ledger, from: Archive, pointInTime: "yesterday"}`, "example/archive/composition.yaml", "spec.restoreFrom.pointInTime"},
 		{"no archive in this Composition", `{database: ledger, from: Archive}`, "example/composition.yaml", "spec.restoreFrom.from"},
 		{"an unknown source", `{database: ledger, from: Tape}`, "example/archive/composition.yaml", "spec.restoreFrom.from"},
+		{"a volume backup of another namespace", `{database: ledger, namespace: prod}`, "example/archive/composition.yaml", "spec.restoreFrom.namespace"},
+		{"not a namespace", `{database: ledger, namespace: Prod_1, from: Archive}`, "example/archive/composition.yaml", "spec.restoreFrom.namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			xr := yamlStruct(t, "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: ledger-copy, namespace: shop}\nspec: {version: \"16\", size: small, restoreFrom: "+tc.restore+"}")
 			assertFatal(t, tc.name, runTest(t, xrRequest(xr, compositionInput(t, tc.input))), tc.field)
 		})
 	}
+}
+
+// TestArchiveCrossNamespace: a Database restores another namespace's
+// archive only where the platform's input has a rule for it; refused,
+// nothing is composed (never an empty database where a restore was asked
+// for); a restore done stays done when the rule goes.
+func TestArchiveCrossNamespace(t *testing.T) {
+	const xr = `apiVersion: example.com/v1
+kind: Database
+metadata: {name: ledger, namespace: shop-staging}
+spec:
+  version: "16"
+  size: small
+  restoreFrom: {database: ledger, namespace: shop, from: Archive}`
+	withRules := func(t *testing.T, rules ...map[string]any) *structpb.Struct {
+		in := compositionInput(t, "example/archive/composition.yaml")
+		var l []any
+		for _, r := range rules {
+			l = append(l, r)
+		}
+		v, err := structpb.NewList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.GetFields()["objectStorage"].GetStructValue().Fields["crossNamespaceRestores"] = structpb.NewListValue(v)
+		return in
+	}
+	for _, tc := range []struct {
+		name  string
+		rules []map[string]any
+		allow bool
+	}{
+		{"no rule", nil, false},
+		{"a rule for another source", []map[string]any{{"from": "prod", "to": "*"}}, false},
+		{"a rule for another destination", []map[string]any{{"from": "shop", "to": "shop-dev"}}, false},
+		{"this pair", []map[string]any{{"from": "prod", "to": "*"}, {"from": "shop", "to": "shop-staging"}}, true},
+		{"from anywhere", []map[string]any{{"from": "*", "to": "shop-staging"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rsp := runTest(t, xrRequest(yamlStruct(t, xr), withRules(t, tc.rules...)))
+			if !tc.allow {
+				assertFatal(t, tc.name, rsp, "crossNamespaceRestores")
+				if n := len(rsp.GetDesired().GetResources()); n != 0 {
+					t.Errorf("%d resources composed for a refused restore", n)
+				}
+				return
+			}
+			cm := decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource())
+			if got := cm.Data[keyRestoreRepo]; got != "/prod/shop/ledger" {
+				t.Errorf("restore-repo %q, want the source namespace's /prod/shop/ledger", got)
+			}
+			if c := conditionOf(rsp, condRestored); !strings.Contains(c.GetMessage(), "the archive of shop/ledger (s3://pg-archive/prod/shop/ledger)") {
+				t.Errorf("Restored %v, want it to name shop/ledger and its repository", c)
+			}
+		})
+	}
+
+	t.Run("a rule removed after the restore", func(t *testing.T) {
+		req := xrRequest(yamlStruct(t, xr), withRules(t, map[string]any{"from": "shop", "to": "*"}))
+		for range 2 {
+			feedBack(t, req, runTest(t, req), true)
+		}
+		st := structAt(req.GetObserved().GetComposite().GetResource(), "status", "restore").AsMap()
+		if st["completed"] != true || st["namespace"] != "shop" {
+			t.Fatalf("status.restore %v, want completed from namespace shop", st)
+		}
+		req.Input = withRules(t)
+		rsp := runTest(t, req)
+		for _, r := range rsp.GetResults() {
+			if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+				t.Fatalf("a restore done refused when its rule went: %s", r.GetMessage())
+			}
+		}
+		if c := conditionOf(rsp, condRestored); c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE {
+			t.Errorf("Restored %v", c)
+		}
+	})
+
+	t.Run("a rule that is no namespace", func(t *testing.T) {
+		rsp := runTest(t, xrRequest(yamlStruct(t, xr), withRules(t, map[string]any{"from": "Shop!", "to": "*"})))
+		assertFatal(t, "invalid rule", rsp, "objectStorage.crossNamespaceRestores[0].from")
+	})
 }

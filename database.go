@@ -93,7 +93,10 @@ type backupSpec struct {
 
 type restoreSpec struct {
 	Database string `json:"database"`
-	Backup   string `json:"backup,omitempty"`
+	// Namespace is the source's namespace, when it is another (from
+	// Archive only, where the platform's input allows it).
+	Namespace string `json:"namespace,omitempty"`
+	Backup    string `json:"backup,omitempty"`
 	// From is Backups (the volume dumps, a restore Job) or Archive (the
 	// WAL archive in object storage, restored by the first primary
 	// itself: archive.go); PointInTime the archive's point to restore to
@@ -424,7 +427,9 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 		case "":
 			errs = append(errs, field.Required(rp.Child("database"), "the name of a Database in the same namespace whose backups to restore"))
 		case db.Name:
-			errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
+			if rs.Namespace == "" || rs.Namespace == db.Namespace {
+				errs = append(errs, field.Invalid(rp.Child("database"), rs.Database, "must name another Database: a Database cannot restore its own backups at creation"))
+			}
 		default:
 			errs = append(errs, validateName(rp.Child("database"), rs.Database)...)
 		}
@@ -451,6 +456,14 @@ func (db *database) resolveSpec(s *databaseSpec, cfg *config) field.ErrorList {
 			}
 		default:
 			errs = append(errs, field.NotSupported(rp.Child("from"), rs.From, []string{restoreFromBackups, restoreFromArchive}))
+		}
+		if rs.Namespace != "" && rs.Namespace != db.Namespace {
+			for _, m := range validation.IsDNS1123Label(rs.Namespace) {
+				errs = append(errs, field.Invalid(rp.Child("namespace"), rs.Namespace, m))
+			}
+			if rs.From != restoreFromArchive {
+				errs = append(errs, field.Invalid(rp.Child("namespace"), rs.Namespace, "only an archive in object storage (from: Archive) can be restored from another namespace: volume backups stay in their Database's namespace"))
+			}
 		}
 		if rs.Attempt < 0 || rs.Attempt > maxRestoreAttempt {
 			errs = append(errs, field.Invalid(rp.Child("attempt"), rs.Attempt, fmt.Sprintf("must be between 0 and %d: raise it by one to run a failed restore again", maxRestoreAttempt)))
@@ -572,4 +585,12 @@ func structAt(s *structpb.Struct, path ...string) *structpb.Struct {
 		s = s.GetFields()[k].GetStructValue()
 	}
 	return s
+}
+
+// sourceNamespace is the namespace of the Database r restores from.
+func (r *restoreSpec) sourceNamespace(db *database) string {
+	if r.Namespace != "" {
+		return r.Namespace
+	}
+	return db.Namespace
 }

@@ -69,6 +69,10 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		return rsp, nil
 	}
 	o.RestoreRecord = readRestoreRecord(xr)
+	if err := forbiddenRestore(db, o); err != nil {
+		response.Fatal(rsp, err)
+		return rsp, nil
+	}
 	o.Source = lookupSource(req)
 	o.FailoverRecord = readFailoverRecord(xr)
 	o.Instances = lookupInstances(req)

@@ -96,9 +96,12 @@ const (
 // restoreStatus is status.restore: what was asked for and how it went. Once
 // Completed, the function reads it back as the record of the restore.
 type restoreStatus struct {
-	Source  string `json:"source"`
-	Backup  string `json:"backup"`
-	Attempt int64  `json:"attempt,omitempty"`
+	Source string `json:"source"`
+	// Namespace is the source's namespace when it is not the Database's
+	// (a restore from another namespace's archive).
+	Namespace string `json:"namespace,omitempty"`
+	Backup    string `json:"backup"`
+	Attempt   int64  `json:"attempt,omitempty"`
 	// PointInTime is the archive's point a restore from the archive
 	// restored to (RFC 3339); empty: the archive's end, or a volume backup.
 	PointInTime string `json:"pointInTime,omitempty"`
@@ -440,6 +443,7 @@ func readRestoreRecord(xr *structpb.Struct) *restoreStatus {
 	}
 	st := &restoreStatus{
 		Source:      stringAt(s, "source"),
+		Namespace:   stringAt(s, "namespace"),
 		Backup:      stringAt(s, "backup"),
 		PointInTime: stringAt(s, "pointInTime"),
 		RestoredTo:  stringAt(s, "restoredTo"),

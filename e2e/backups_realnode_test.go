@@ -159,6 +159,8 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 				// A failing archive is a condition within a minute.
 				"checkMinutes": int64(1),
 				"drill":        drill,
+				// backups-copy may restore backups-real's archives.
+				"crossNamespaceRestores": []any{map[string]any{"from": backupsNamespace, "to": backupsCopyNamespace}},
 			}
 		}
 	}
@@ -184,11 +186,67 @@ func (o *objectStore) archivedSegment(ns, db, seg string) string {
 	return matches[0]
 }
 
+// The namespaces of TestBackups: the archived Databases', and the one the
+// platform's input lets restore their archives.
+const (
+	backupsNamespace     = "backups-real"
+	backupsCopyNamespace = "backups-copy"
+)
+
+// crossNamespace: a Database of another namespace restores the archive of
+// ledger to its end, where the platform's input allows it (backups-copy):
+// every row the source archived, under the same name; the same Database in
+// a namespace no rule admits is refused (Synced False naming the input's
+// rule) and nothing is composed for it.
+func (s *suite) crossNamespace(t *testing.T, store *objectStore, src database, ns, db string) {
+	ctx := context.Background()
+	primary := str(src.get(t), "status", "primary")
+	want := s.appDB(t, ns, primary, db, "SELECT count(*), max(id) FROM marks")
+	seg := s.superSQL(ns, primary, "SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 2*time.Minute, "segment "+seg+" in the bucket", func() (bool, string) {
+		return store.archivedSegment(ns, db, seg) != "", s.superSQL(ns, primary, "SELECT last_archived_wal, failed_count, last_failed_wal FROM pg_stat_archiver")
+	})
+	restore := map[string]any{"restoreFrom": map[string]any{"database": db, "namespace": ns, "from": "Archive"}}
+	realArchived := func(ns string) *unstructured.Unstructured {
+		u := realDatabase(t, ns, db, "small", restore)
+		if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+
+	s.realNamespace(t, backupsCopyNamespace)
+	start := time.Now()
+	cp := s.create(t, realArchived(backupsCopyNamespace))
+	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
+	s.waitRealReady(t, cp)
+	t.Logf("%s/%s restored the archive of %s/%s and is ready in %s", cp.ns, cp.name, ns, db, time.Since(start).Round(time.Second))
+	if got := s.appDB(t, cp.ns, db+"-0", db, "SELECT count(*), max(id) FROM marks"); got != want {
+		t.Errorf("the copy has count|max %s of marks, want the source's %s", got, want)
+	}
+	if got := str(cp.get(t), "status", "restore", "namespace"); got != ns {
+		t.Errorf("status.restore.namespace %q, want %q", got, ns)
+	}
+
+	const denied = "backups-denied"
+	s.realNamespace(t, denied)
+	dn := s.create(t, realArchived(denied))
+	defer func() { _ = s.k.delete(context.Background(), dn.gvk, dn.ns, dn.name) }()
+	eventually(t, 2*time.Minute, "the restore into "+denied+" refused", func() (bool, string) {
+		c := getCondition(dn.get(t), "Synced")
+		return c.Status == "False" && strings.Contains(c.Message, "crossNamespaceRestores"), c.Status + " " + c.Reason + ": " + c.Message
+	})
+	if _, err := s.k.cs.AppsV1().StatefulSets(denied).Get(ctx, db, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a StatefulSet composed for a refused restore: %v", err)
+	}
+	t.Logf("%s/%s refused: %s", denied, db, getCondition(dn.get(t), "Synced").Message)
+}
+
 func TestBackups(t *testing.T) {
 	s := env
 	s.realNode(t)
 	store := s.objectStorage(t)
-	const ns, db = "backups-real", "ledger"
+	const ns, db = backupsNamespace, "ledger"
 	s.realNamespace(t, ns)
 	var d database
 	defer func() {
@@ -200,6 +258,9 @@ func TestBackups(t *testing.T) {
 		return
 	}
 	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
+		return
+	}
+	if !s.step(t, "CrossNamespace", func(t *testing.T) { s.crossNamespace(t, store, d, ns, db) }) {
 		return
 	}
 	if !s.step(t, "BucketUnreachable", func(t *testing.T) { s.bucketUnreachable(t, store, d, ns, db) }) {

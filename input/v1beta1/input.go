@@ -140,6 +140,28 @@ type ObjectStorage struct {
 	// BackupVerified condition says how it went. On unless disabled.
 	// +optional
 	Drill *Drill `json:"drill,omitempty"`
+
+	// CrossNamespaceRestores are the namespaces whose archives a Database
+	// may restore from (spec.restoreFrom.namespace) in another namespace.
+	// None by default: a Database restores only its own namespace's
+	// archives, since a restore copies every row of the source.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	CrossNamespaceRestores []CrossNamespaceRestore `json:"crossNamespaceRestores,omitempty"`
+}
+
+// CrossNamespaceRestore lets Databases in namespace To restore the archives
+// of Databases in namespace From.
+type CrossNamespaceRestore struct {
+	// From is the source's namespace, or "*" for any.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	From string `json:"from"`
+	// To is the restoring Database's namespace, or "*" for any.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	To string `json:"to"`
 }
 
 // Drill is when the restore drill runs.
