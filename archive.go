@@ -84,6 +84,12 @@ type objectStorage struct {
 	CrossNamespace []v1beta1.CrossNamespaceRestore
 }
 
+// secretRef is the platform's Secret as namespace/name: in messages, and
+// on each copy as the source it came from.
+func (os *objectStorage) secretRef() string {
+	return os.SecretNamespace + "/" + os.SecretName
+}
+
 // anyNamespace in a crossNamespaceRestores rule matches every namespace.
 const anyNamespace = "*"
 
@@ -460,7 +466,6 @@ func archiveQueueMax(volume resource.Quantity) int64 {
 // optional, and pgbackrest.sh fails each push (WAL waits, bounded) until it
 // exists.
 func objectStorageSecret(db *database, src map[string][]byte) *corev1.Secret {
-	os := db.ObjectStorage
 	if src == nil {
 		return nil
 	}
@@ -476,7 +481,7 @@ func objectStorageSecret(db *database, src map[string][]byte) *corev1.Secret {
 			Name:        objectStorageName(db),
 			Namespace:   db.Namespace,
 			Labels:      labels(db, componentBackup),
-			Annotations: map[string]string{annotationObjectStorageSource: os.SecretNamespace + "/" + os.SecretName},
+			Annotations: map[string]string{annotationObjectStorageSource: db.ObjectStorage.secretRef()},
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
@@ -556,7 +561,7 @@ func planArchive(db *database, o *observed) *archivePlan {
 	if os == nil {
 		return nil
 	}
-	ref := os.SecretNamespace + "/" + os.SecretName
+	ref := os.secretRef()
 	where := "s3://" + os.Bucket + "/" + os.Prefix + "/" + db.Namespace + "/" + db.Name
 	a := &archivePlan{}
 	src := o.ObjectStorageSource
@@ -606,7 +611,7 @@ func planArchive(db *database, o *observed) *archivePlan {
 // two calls of one reconcile ask for the same thing.
 func needsSource(db *database, o *observed) bool {
 	c := o.ObjectStorage
-	if c == nil || c.Annotations[annotationObjectStorageSource] != db.ObjectStorage.SecretNamespace+"/"+db.ObjectStorage.SecretName {
+	if c == nil || c.Annotations[annotationObjectStorageSource] != db.ObjectStorage.secretRef() {
 		return true
 	}
 	for _, k := range []string{keyAccessKeyID, keySecretAccessKey} {
