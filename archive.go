@@ -50,6 +50,8 @@ const (
 	maxArchiveTimeout     = 3600
 	defaultCheckMinutes   = 5
 	maxCheckMinutes       = 30
+	defaultRetentionDays  = 7
+	maxRetentionDays      = 3650
 
 	uriStyleHost = "Host"
 	uriStylePath = "Path"
@@ -77,6 +79,9 @@ type objectStorage struct {
 	ArchiveTimeout              int32
 	// CheckMinutes is the archive check's interval.
 	CheckMinutes int32
+	// RetentionDays is how far back a restore reaches (pgBackRest's
+	// time-based retention of full backups).
+	RetentionDays int32
 	// DrillSchedule is the restore drill's schedule; "" when it is off.
 	DrillSchedule string
 	// CrossNamespace are the platform's rules for restoring another
@@ -149,6 +154,7 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 		SecretNamespace: in.SecretRef.Namespace,
 		ArchiveTimeout:  defaultArchiveTimeout,
 		CheckMinutes:    defaultCheckMinutes,
+		RetentionDays:   defaultRetentionDays,
 	}
 	os.Host, os.Port, errs = parseEndpoint(p.Child("endpoint"), in.Endpoint)
 	if !bucketPattern.MatchString(in.Bucket) || strings.Contains(in.Bucket, "..") {
@@ -181,6 +187,12 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 			errs = append(errs, field.Invalid(p.Child("checkMinutes"), *m, "must be between 1 and "+strconv.Itoa(maxCheckMinutes)+" minutes"))
 		}
 		os.CheckMinutes = *m
+	}
+	if d := in.RetentionDays; d != nil {
+		if *d < 1 || *d > maxRetentionDays {
+			errs = append(errs, field.Invalid(p.Child("retentionDays"), *d, "must be between 1 and "+strconv.Itoa(maxRetentionDays)+" days"))
+		}
+		os.RetentionDays = *d
 	}
 	for i, r := range in.CrossNamespaceRestores {
 		rp := p.Child("crossNamespaceRestores").Index(i)
@@ -294,10 +306,18 @@ func pgbackrestConf(db *database, p *plan, hasCA bool) string {
 		// queue bound, checked only when a new one starts, never acted:
 		// pg_wal reached 1.4 GB on a 1 GiB volume in TestBackups.
 		"io-timeout=15",
-		// Two full backups and the WAL since the older one: a restore
-		// reaches any point since then. (Scheduled backups and their
-		// retention are the next step: docs/backups.md.)
-		"repo1-retention-full=2",
+		// By age: the full backups a restore to any point of the last
+		// RetentionDays days needs (the newest one older than that, and
+		// every later one), and the WAL after the oldest kept; expired
+		// after each backup.
+		"repo1-retention-full-type=time",
+		"repo1-retention-full="+strconv.Itoa(int(os.RetentionDays)),
+		// full-backup.sh's request and the sidecar's answer (pgbackrest.sh
+		// full) live in the primary's data directory: a copy restored from
+		// a backup must not take them up.
+		"exclude=database.full-backup-request",
+		"exclude=database.full-backup",
+		"exclude=database.full-backup.tmp",
 		"compress-type=lz4",
 		"",
 		"["+pgbackrestStanza+"]",
@@ -651,6 +671,7 @@ func archiveCheckSchedule(os *objectStorage) string {
 
 func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
 	env := append(adminEnv(db), corev1.EnvVar{Name: scripts.EnvStuckSeconds, Value: strconv.Itoa(archiveStuckSeconds)})
+	c, vols := sqlScriptPod(containerArchiveCheck, p.Image, scripts.ArchiveCheck, env, db)
 	return cronJob(db, scheduled{
 		name: archiveCheckName(db), component: componentArchiveCheck, schedule: archiveCheckSchedule(db.ObjectStorage),
 		startingDeadline: int64(db.ObjectStorage.CheckMinutes) * 60,
@@ -659,19 +680,8 @@ func archiveCheckCronJob(db *database, p *plan) *batchv1.CronJob {
 		// the CronJob's status, not be retried away.
 		attempts:       1,
 		activeDeadline: 120,
-		container: scriptContainer(containerArchiveCheck, p.Image, scripts.ArchiveCheck, env,
-			corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-			},
-			[]corev1.VolumeMount{
-				{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-				{Name: volTmp, MountPath: tmpDir},
-			}),
-		volumes: []corev1.Volume{
-			scriptsVolume(db),
-			{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		},
+		container:      c,
+		volumes:        vols,
 	})
 }
 

@@ -256,14 +256,15 @@ func TestResolveObjectStorage(t *testing.T) {
 		want   *objectStorage
 		errors []string // field paths, in order
 	}{
-		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, DrillSchedule: defaultDrillSchedule}, nil},
+		{"defaults", func(*v1beta1.ObjectStorage) {}, &objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, RetentionDays: 7, DrillSchedule: defaultDrillSchedule}, nil},
 		{"host and port, path style", func(o *v1beta1.ObjectStorage) {
 			o.Endpoint, o.URIStyle, o.PathPrefix, o.ArchiveTimeoutSeconds = "10.0.0.7:9000", "Path", "/prod/eu/", ptr.To[int32](30)
-			o.Drill = &v1beta1.Drill{Schedule: "0 3 * * *"}
-		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30, CheckMinutes: 5, DrillSchedule: "0 3 * * *"}, nil},
+			o.Drill, o.RetentionDays = &v1beta1.Drill{Schedule: "0 3 * * *"}, ptr.To[int32](30)
+		}, &objectStorage{Host: "10.0.0.7", Port: 9000, Bucket: "pg-archive", Prefix: "prod/eu", Region: "us-east-1", URIStyle: "Path", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 30, CheckMinutes: 5, RetentionDays: 30, DrillSchedule: "0 3 * * *"}, nil},
 		{"no drill", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Enabled: ptr.To(false)} },
-			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5}, nil},
+			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, RetentionDays: 7}, nil},
 		{"a check every hour", func(o *v1beta1.ObjectStorage) { o.CheckMinutes = ptr.To[int32](60) }, nil, []string{"input.objectStorage.checkMinutes"}},
+		{"no retention", func(o *v1beta1.ObjectStorage) { o.RetentionDays = ptr.To[int32](0) }, nil, []string{"input.objectStorage.retentionDays"}},
 		{"a bad drill schedule", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Schedule: "weekly"} }, nil, []string{"input.objectStorage.drill.schedule"}},
 		{"a scheme", func(o *v1beta1.ObjectStorage) { o.Endpoint = "https://s3.example.com" }, nil, []string{"input.objectStorage.endpoint"}},
 		{"a bad port", func(o *v1beta1.ObjectStorage) { o.Endpoint = "s3.example.com:99999" }, nil, []string{"input.objectStorage.endpoint"}},

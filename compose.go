@@ -35,6 +35,9 @@ func compose(db *database, p *plan) map[resource.Name]any {
 			out[rnObjectStorage] = a.Secret
 		}
 		out[rnArchiveCheck] = archiveCheckCronJob(db, p)
+		if db.Backup.Enabled {
+			out[rnFullBackup] = fullBackupCronJob(db, p)
+		}
 	}
 	if p.Drill != nil {
 		out[rnDrill] = drillCronJob(db, p)

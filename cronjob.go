@@ -3,6 +3,7 @@ package main
 import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -75,5 +76,24 @@ func scriptContainer(name, image, script string, env []corev1.EnvVar, res corev1
 		Resources:       res,
 		VolumeMounts:    mounts,
 		SecurityContext: containerSecurityContext(),
+	}
+}
+
+// sqlScriptPod is the container and volumes of a pod that only talks SQL to
+// the primary (the archive check, the full backup's request): a script, a
+// scratch /tmp, small resources.
+func sqlScriptPod(name, image, script string, env []corev1.EnvVar, db *database) (corev1.Container, []corev1.Volume) {
+	c := scriptContainer(name, image, script, env,
+		corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		[]corev1.VolumeMount{
+			{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+			{Name: volTmp, MountPath: tmpDir},
+		})
+	return c, []corev1.Volume{
+		scriptsVolume(db),
+		{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 }

@@ -34,6 +34,9 @@ func TestCronJobs(t *testing.T) {
 		{rnBackup, backup, shape{"billing-backup", componentBackup, 3600, 6 * 3600, 3, 2, true, true, true, 1}},
 		{rnArchiveCheck, archived, shape{"ledger-wal", componentArchiveCheck, 300, 120, 1, 0, true, true, false, 1}},
 		{rnDrill, archived, shape{"ledger-drill", componentDrill, 3600, 2 * drillRecoverySeconds, 1, 0, true, true, false, 1}},
+		// Two attempts: each pod asks anew; not beside a pod (the sidecar
+		// of whichever instance is primary takes the backup).
+		{rnFullBackup, archived, shape{"ledger-full", componentFullBackup, 3600, 6 * 3600, 3, 1, true, true, false, 1}},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.rn), func(t *testing.T) {
@@ -64,5 +67,38 @@ func TestCronJobs(t *testing.T) {
 				t.Error("the pod defaults are not applied")
 			}
 		})
+	}
+}
+
+// TestFullBackupCronJob: N-full exists with the archive and backups on, on
+// the Database's schedule, and its pod's name is its request's ID.
+func TestFullBackupCronJob(t *testing.T) {
+	cj := decodeInto[batchv1.CronJob](t, archiveExample(t).GetDesired().GetResources()[string(rnFullBackup)].GetResource())
+	if cj.Spec.Schedule != "0 2 * * *" {
+		t.Errorf("schedule %q, want spec.backup.schedule", cj.Spec.Schedule)
+	}
+	c := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	if d := cmp.Diff([]string{"bash", scriptsDir + "/full-backup.sh"}, c.Command); d != "" {
+		t.Errorf("command (-want +got):\n%s", d)
+	}
+	var podName string
+	for _, e := range c.Env {
+		if e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			podName = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if podName != "metadata.name" {
+		t.Errorf("POD_NAME from %q, want the pod's metadata.name", podName)
+	}
+
+	off := readYAMLStruct(t, "example/archive/xr.yaml")
+	setSpecOf(t, off, "{version: \"16\", size: medium, backup: {enabled: false}, crossplane: {compositionRef: {name: database-archived}}}")
+	for name, req := range map[string]*fnv1.RunFunctionRequest{
+		"no archive":  xrRequest(readYAMLStruct(t, "example/xrs/backup.yaml"), compositionInput(t, "example/composition.yaml")),
+		"backups off": xrRequest(off, compositionInput(t, "example/archive/composition.yaml")),
+	} {
+		if r := runTest(t, req).GetDesired().GetResources()[string(rnFullBackup)]; r != nil {
+			t.Errorf("%s: a full backup CronJob is composed", name)
+		}
 	}
 }

@@ -287,6 +287,7 @@ var composedKinds = map[resource.Name]string{
 	rnBackup:          "batch/v1/CronJob",
 	rnArchiveCheck:    "batch/v1/CronJob",
 	rnDrill:           "batch/v1/CronJob",
+	rnFullBackup:      "batch/v1/CronJob",
 	rnRestore:         "batch/v1/Job",
 	rnFailover:        "batch/v1/Job",
 }

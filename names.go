@@ -26,6 +26,7 @@ const (
 	rnObjectStorage   resource.Name = "object-storage"
 	rnArchiveCheck    resource.Name = "archive-check"
 	rnDrill           resource.Name = "drill"
+	rnFullBackup      resource.Name = "full-backup"
 )
 
 // Suffixes of the composed names. A Database whose own name ended in one of
@@ -75,6 +76,7 @@ const (
 	componentFailover     = "failover"
 	componentArchiveCheck = "archive-check"
 	componentDrill        = "drill"
+	componentFullBackup   = "full-backup"
 )
 
 // Labels others set, which the function reads or selects by.
@@ -209,6 +211,7 @@ const (
 	containerFailover     = "failover"
 	containerArchiveCheck = "archive-check"
 	containerDrill        = "drill"
+	containerFullBackup   = "full-backup"
 
 	volData          = "data"
 	volBackups       = "backups"

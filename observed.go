@@ -47,8 +47,10 @@ type observed struct {
 	// platform's object storage Secret; ObjectStorage the observed copy.
 	ObjectStorageSource objectStorageLookup
 	ObjectStorage       *corev1.Secret
-	// ArchiveCheck is the observed archive check CronJob (archive.go).
+	// ArchiveCheck is the observed archive check CronJob (archive.go),
+	// FullBackup the full backup CronJob (fullbackup.go).
 	ArchiveCheck *batchv1.CronJob
+	FullBackup   *batchv1.CronJob
 	// Drill is the observed restore drill CronJob; DrillRecord the XR's
 	// status.drill and DrillOutcome what the required resources say of
 	// the drill's pods (drill.go). Read from the request, as above.
@@ -68,7 +70,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 			o.exists[resource.Name(name)] = true
 		}
 	}
-	var errs [10]error
+	var errs [11]error
 	o.Credentials, errs[0] = decodeAs[corev1.Secret](rs, rnCredentials, secretFields)
 	o.Superuser, errs[1] = decodeAs[corev1.Secret](rs, rnSuperuser, secretFields)
 	o.Scripts, errs[2] = decodeAs[corev1.ConfigMap](rs, rnScripts, configMapFields)
@@ -79,6 +81,7 @@ func readObserved(rs map[string]*fnv1.Resource) (*observed, error) {
 	o.ObjectStorage, errs[7] = decodeAs[corev1.Secret](rs, rnObjectStorage, objectStorageFields)
 	o.ArchiveCheck, errs[8] = decodeAs[batchv1.CronJob](rs, rnArchiveCheck, cronJobFields)
 	o.Drill, errs[9] = decodeAs[batchv1.CronJob](rs, rnDrill, cronJobFields)
+	o.FullBackup, errs[10] = decodeAs[batchv1.CronJob](rs, rnFullBackup, cronJobFields)
 	return o, errors.Join(errs[:]...)
 }
 

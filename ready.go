@@ -35,6 +35,7 @@ var readiness = map[resource.Name]readyRule{
 	rnBackup:       observedExists,
 	rnArchiveCheck: observedExists,
 	rnDrill:        observedExists,
+	rnFullBackup:   observedExists,
 	rnStatefulSet: func(_ resource.Name, o *observed, want int32) bool {
 		return statefulSetReady(o.StatefulSet, want)
 	},

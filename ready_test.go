@@ -96,6 +96,8 @@ func TestBackupCondition(t *testing.T) {
 		}
 		return c
 	}
+	archived := &database{Name: "orders", Backup: on.Backup, ObjectStorage: &objectStorage{}}
+	ok := cj(at("2026-11-28T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0)
 	cases := map[string]struct {
 		db   *database
 		cj   *batchv1.CronJob
@@ -114,10 +116,36 @@ func TestBackupCondition(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, backupCondition(tc.db, tc.cj)); d != "" {
+			if d := cmp.Diff(tc.want, backupCondition(tc.db, &observed{Backup: tc.cj})); d != "" {
 				t.Errorf("backupCondition (-want +got):\n%s", d)
 			}
 		})
+	}
+	// With the archive, the worse of the dumps and the full backups, both
+	// named.
+	for name, tc := range map[string]struct {
+		dump, full *batchv1.CronJob
+		want       condition
+	}{
+		"BothSucceeded": {ok, cj(at("2026-11-28T02:00:00Z"), at("2026-11-28T02:01:10Z"), 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded",
+			"volume dump (CronJob orders-backup): last backup succeeded at 2026-11-28T02:03:00Z; full backup to the bucket (CronJob orders-full): last full backup succeeded at 2026-11-28T02:01:10Z"}},
+		"FullNotYet": {ok, nil, condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet",
+			"volume dump (CronJob orders-backup): last backup succeeded at 2026-11-28T02:03:00Z; full backup to the bucket (CronJob orders-full): no full backup has been scheduled yet; schedule 0 2 * * *"}},
+		"FullFailed": {ok, cj(at("2026-11-28T02:00:00Z"), nil, 0), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
+			"volume dump (CronJob orders-backup): last backup succeeded at 2026-11-28T02:03:00Z; full backup to the bucket (CronJob orders-full): the full backup scheduled at 2026-11-28T02:00:00Z did not succeed and no full backup ever has: it failed or ran past its 6h bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded); see the jobs of CronJob orders-full"}},
+		"DumpFailedFullRunning": {cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:03:00Z"), 0), cj(at("2026-11-29T02:00:00Z"), at("2026-11-28T02:01:10Z"), 1), condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed",
+			"volume dump (CronJob orders-backup): the backup scheduled at 2026-11-29T02:00:00Z did not succeed: it failed or ran past its 6h bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded); last success at 2026-11-28T02:03:00Z; see the jobs of CronJob orders-backup; full backup to the bucket (CronJob orders-full): a full backup scheduled at 2026-11-29T02:00:00Z is running; a run not done within 6h is stopped and reported failed"}},
+	} {
+		t.Run("Archived"+name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, backupCondition(archived, &observed{Backup: tc.dump, FullBackup: tc.full})); d != "" {
+				t.Errorf("backupCondition (-want +got):\n%s", d)
+			}
+		})
+	}
+	want := condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled",
+		"no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups (the WAL archive goes on, from its first full backup; the repository's retention acts only after a backup)"}
+	if d := cmp.Diff(want, backupCondition(&database{ObjectStorage: &objectStorage{}}, &observed{})); d != "" {
+		t.Errorf("archived, backups off: backupCondition (-want +got):\n%s", d)
 	}
 }
 

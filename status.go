@@ -48,6 +48,7 @@ type dbStatus struct {
 	Phase            string         `json:"phase"`
 	ConnectionSecret string         `json:"connectionSecret,omitempty"`
 	Backup           *backupStatus  `json:"backup,omitempty"`
+	FullBackup       *backupStatus  `json:"fullBackup,omitempty"`
 	Restore          *restoreStatus `json:"restore,omitempty"`
 	// Primary is the primary's pod; Failover the record of failovers,
 	// read back by the function (failover.go).
@@ -101,9 +102,7 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 		}
 		s.ReadyReplicas = sts.Status.ReadyReplicas
 	}
-	if cj := o.Backup; cj != nil && (cj.Status.LastScheduleTime != nil || cj.Status.LastSuccessfulTime != nil) {
-		s.Backup = &backupStatus{LastScheduleTime: cj.Status.LastScheduleTime, LastSuccessfulTime: cj.Status.LastSuccessfulTime}
-	}
+	s.Backup, s.FullBackup = backupStatusOf(o.Backup), backupStatusOf(o.FullBackup)
 	if p.Restore != nil {
 		s.Restore = p.Restore.Status
 	}
@@ -117,6 +116,15 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 		s.Failover = f.Record
 	}
 	return s
+}
+
+// backupStatusOf is a backup CronJob's last schedule and success, nil
+// before either.
+func backupStatusOf(cj *batchv1.CronJob) *backupStatus {
+	if cj == nil || (cj.Status.LastScheduleTime == nil && cj.Status.LastSuccessfulTime == nil) {
+		return nil
+	}
+	return &backupStatus{LastScheduleTime: cj.Status.LastScheduleTime, LastSuccessfulTime: cj.Status.LastSuccessfulTime}
 }
 
 // phase sums up the Database. A restore that has not completed keeps it
@@ -138,7 +146,7 @@ func phase(p *plan, stsReady bool) string {
 }
 
 func conditions(db *database, p *plan, o *observed) []condition {
-	out := []condition{backupCondition(db, o.Backup), specApplied(db, p), versionCondition(p)}
+	out := []condition{backupCondition(db, o), specApplied(db, p), versionCondition(p)}
 	if p.Restore != nil {
 		out = append(out, p.Restore.Condition)
 	}
@@ -248,36 +256,70 @@ func specApplied(db *database, p *plan) condition {
 	return c
 }
 
-// backupCondition judges backups by the CronJob's own status, never by the
+// backupCondition judges backups by their CronJobs' own status, never by the
 // wall clock (which would make the response change on every call): healthy
-// when the last successful run is not older than the last scheduled one.
-func backupCondition(db *database, cj *batchv1.CronJob) condition {
-	const typ = condBackupHealthy
-	switch {
-	case !db.Backup.Enabled:
+// when each one's last successful run is not older than its last scheduled
+// one. With the platform's archive there are two: the volume dumps and the
+// full backups to the bucket (N-full); the condition is the worse of them
+// (False, then Unknown), its message says both. The WAL archive itself has
+// its own condition, WALArchive.
+func backupCondition(db *database, o *observed) condition {
+	if !db.Backup.Enabled {
 		// Not applicable, so True: alerts fire on BackupHealthy=False (or
 		// not True), and a Database whose backups are off on purpose is
 		// not failing. The reason and message say there are no backups.
-		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled", "no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"}
-	case cj == nil || cj.Status.LastScheduleTime == nil:
-		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no backup has been scheduled yet; schedule " + db.Backup.Schedule}
+		msg := "no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups"
+		if db.ObjectStorage != nil {
+			msg += " (the WAL archive goes on, from its first full backup; the repository's retention acts only after a backup)"
+		}
+		return condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled", msg}
+	}
+	dump := backupHealth(db, "backup", backupName(db), o.Backup)
+	if db.ObjectStorage == nil {
+		return dump
+	}
+	full := backupHealth(db, "full backup", fullBackupName(db), o.FullBackup)
+	c := dump
+	if rank(full.Status) > rank(dump.Status) {
+		c = full
+	}
+	c.Message = "volume dump (CronJob " + backupName(db) + "): " + dump.Message + "; full backup to the bucket (CronJob " + fullBackupName(db) + "): " + full.Message
+	return c
+}
+
+// rank orders condition statuses by how bad they are.
+func rank(s fnv1.Status) int {
+	switch s {
+	case fnv1.Status_STATUS_CONDITION_FALSE:
+		return 2
+	case fnv1.Status_STATUS_CONDITION_UNKNOWN:
+		return 1
+	}
+	return 0
+}
+
+// backupHealth judges one backup CronJob, name, whose runs are what's.
+func backupHealth(db *database, what, name string, cj *batchv1.CronJob) condition {
+	const typ = condBackupHealthy
+	if cj == nil || cj.Status.LastScheduleTime == nil {
+		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "NoBackupYet", "no " + what + " has been scheduled yet; schedule " + db.Backup.Schedule}
 	}
 	sched, succ := cj.Status.LastScheduleTime, cj.Status.LastSuccessfulTime
 	switch {
 	case succ != nil && !succ.Before(sched):
-		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last backup succeeded at " + stamp(succ)}
+		return condition{typ, fnv1.Status_STATUS_CONDITION_TRUE, "BackupSucceeded", "last " + what + " succeeded at " + stamp(succ)}
 	case len(cj.Status.Active) > 0:
 		// Bounded: the run is stopped at backupDeadline, its Job fails, the
 		// active list empties and the cases below report it. The function
 		// has no clock to tell a long run from a hung one; the deadline does.
-		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a backup scheduled at " + stamp(sched) + " is running; a run not done within " + backupDeadlineText + " is stopped and reported failed"}
+		return condition{typ, fnv1.Status_STATUS_CONDITION_UNKNOWN, "BackupRunning", "a " + what + " scheduled at " + stamp(sched) + " is running; a run not done within " + backupDeadlineText + " is stopped and reported failed"}
 	}
 	// The CronJob's status does not say why its Job failed; the Job does.
 	why := "it failed or ran past its " + backupDeadlineText + " bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded)"
 	if succ == nil {
-		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed and no backup ever has: " + why + "; see the jobs of CronJob " + backupName(db)}
+		return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the " + what + " scheduled at " + stamp(sched) + " did not succeed and no " + what + " ever has: " + why + "; see the jobs of CronJob " + name}
 	}
-	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the backup scheduled at " + stamp(sched) + " did not succeed: " + why + "; last success at " + stamp(succ) + "; see the jobs of CronJob " + backupName(db)}
+	return condition{typ, fnv1.Status_STATUS_CONDITION_FALSE, "BackupFailed", "the " + what + " scheduled at " + stamp(sched) + " did not succeed: " + why + "; last success at " + stamp(succ) + "; see the jobs of CronJob " + name}
 }
 
 func stamp(t *metav1.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -638,5 +639,69 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
+
+	// A full backup on the Database's schedule (CronJob N-full, run now as
+	// its schedule would): its pod asks whichever instance is primary, the
+	// promoted one's sidecar takes it, and the Job ends with the answer.
+	before := fullBackups(t, repo)
+	asked := time.Now()
+	job := s.runCronJobNow(t, ns, db+"-full")
+	eventually(t, 4*time.Minute, "Job "+job+" succeeded", func() (bool, string) {
+		j, err := s.k.cs.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return j.Status.Succeeded > 0, fmt.Sprintf("active=%d failed=%d; sidecar of %s-1: %s", j.Status.Active, j.Status.Failed, db, lastLines(s.podLog(ns, db+"-1", "password-sync"), 3))
+	})
+	after := fullBackups(t, repo)
+	if len(after) != len(before)+1 {
+		t.Fatalf("full backups in the bucket %v after the Job, were %v: want one more", after, before)
+	}
+	if log := s.podLog(ns, db+"-1", "password-sync"); !strings.Contains(log, "full backup "+after[len(after)-1]+" taken") {
+		t.Errorf("the promoted primary's sidecar does not name backup %s:\n%s", after[len(after)-1], lastLines(log, 10))
+	}
+	t.Logf("full backup %s on request, taken by the promoted primary %s after the Job's creation", after[len(after)-1], time.Since(asked).Round(time.Second))
 	return d
+}
+
+// fullBackups are the labels of the full backups in a repository's
+// backup.info, oldest first.
+func fullBackups(t *testing.T, repo string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "backup", "db", "backup.info"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if label, _, ok := strings.Cut(l, "={"); ok && strings.HasSuffix(label, "F") && len(label) == len("20261202-153258F") {
+			labels = append(labels, label)
+		}
+	}
+	return labels
+}
+
+// runCronJobNow creates a Job from a CronJob's template, as `kubectl create
+// job --from=cronjob/NAME` does, and returns its name.
+func (s *suite) runCronJobNow(t *testing.T, ns, cronJob string) string {
+	t.Helper()
+	cj, err := s.k.cs.BatchV1().CronJobs(ns).Get(context.Background(), cronJob, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cronJob + "-manual", Namespace: ns, Labels: cj.Spec.JobTemplate.Labels,
+			Annotations: map[string]string{"cronjob.kubernetes.io/instantiate": "manual"},
+		},
+		Spec: cj.Spec.JobTemplate.Spec,
+	}
+	if _, err := s.k.cs.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bg := metav1.DeletePropagationBackground
+		_ = s.k.cs.BatchV1().Jobs(ns).Delete(context.Background(), j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	})
+	return j.Name
 }

@@ -340,6 +340,26 @@ func (c *cluster) waitClockPast(t *testing.T, in *instance, after time.Time) {
 	})
 }
 
+// archivingPrimary starts c's ordinal 0 and its sidecar, and waits for the
+// sidecar's stanza and first full backup; it returns the instance, the
+// sidecar and how long that backup took.
+func (c *cluster) archivingPrimary(t *testing.T) (*instance, *sidecar, time.Duration) {
+	t.Helper()
+	p := c.instance(0)
+	p.start(t)
+	p.waitReady(t, 2*time.Minute)
+	side := startSidecar(t, c, p)
+	return p, side, c.firstBackup(t, side)
+}
+
+// firstBackup waits for the sidecar's stanza and first full backup.
+func (c *cluster) firstBackup(t *testing.T, side *sidecar) time.Duration {
+	t.Helper()
+	return waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
+		return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
+	})
+}
+
 func TestArchive(t *testing.T) {
 	tl := requirePostgres(t)
 	root := newRoot(t, tl)
@@ -348,13 +368,7 @@ func TestArchive(t *testing.T) {
 	t.Run("a primary archives, and its first backup makes the archive restorable to a point in time", func(t *testing.T) {
 		c := newCluster(t, tl, root, "pitr")
 		c.archived(t, s3)
-		p := c.instance(0)
-		p.start(t)
-		p.waitReady(t, 2*time.Minute)
-		side := startSidecar(t, c, p)
-		took := waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
-			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
-		})
+		p, _, took := c.archivingPrimary(t)
 		t.Logf("stanza and first full backup: %v", took.Round(time.Millisecond))
 		backupDone := time.Now()
 		// Before the stanza exists, pushes fail (postgres retries them);
@@ -438,12 +452,80 @@ func TestArchive(t *testing.T) {
 		if got := cp.superSQL(t, cq, "postgres", "SELECT current_setting('recovery_target_time') || '|' || current_setting('restore_command')"); got != "|" {
 			t.Errorf("the restored primary keeps recovery settings %q: a standby cloned from it would stop at the target", got)
 		}
-		cside := startSidecar(t, cp, cq)
-		waitFor(t, 3*time.Minute, "the copy's own stanza and first backup", func() error {
-			return containsErr(cside.log(), "archive: stanza ready and the repository holds a backup")
-		})
+		cp.firstBackup(t, startSidecar(t, cp, cq))
 		seg, took = cp.switchAndWait(t, cq, time.Minute)
 		t.Logf("the copy archives to its own repository: %s %v after the switch (%v after its start)", seg, took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("full-backup.sh asks the primary's sidecar for a full backup and ends with its answer", func(t *testing.T) {
+		c := newCluster(t, tl, root, "full")
+		c.archived(t, s3, "ARCHIVE_RETRY_SECONDS=2")
+		p, _, _ := c.archivingPrimary(t)
+		c.appSQL(t, p, "CREATE TABLE t AS SELECT generate_series(1, 1000) AS id")
+		// The CronJob's container: the superuser over TCP, as through the
+		// rw Service; its pod's name is the request.
+		job := func(pod string) (string, error) {
+			env := append(c.tl.baseEnv(c.root), "PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(p.port), "PGUSER="+c.su,
+				"PGPASSWORD="+c.secret(t, "superuser", "password"), "DB_NAME="+c.db, "POD_NAME="+pod, "POLL_SECONDS=1")
+			return c.script(3*time.Minute, env, FullBackup)
+		}
+		fulls := func() []string {
+			out, err := c.script(time.Minute, p.env(), Archive, "info")
+			if err != nil {
+				t.Fatalf("pgbackrest info: %v\n%s", err, out)
+			}
+			var labels []string
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) == 3 && f[0] == "full" && f[1] == "backup:" {
+					labels = append(labels, f[2])
+				}
+			}
+			return labels
+		}
+		start := time.Now()
+		out, err := job("full-backup-29000000-abcde")
+		if err != nil || !strings.Contains(out, "the primary took the full backup") {
+			t.Fatalf("full-backup.sh: %v\n%s", err, out)
+		}
+		t.Logf("a full backup on request, answered in %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
+		labels := fulls()
+		if len(labels) != 2 || !strings.Contains(out, labels[1]) {
+			t.Fatalf("full backups in the repository %v, want the first and the requested one, named in the answer", labels)
+		}
+		// The same request again (the pod restarted in place): answered
+		// from the record, no backup taken.
+		if out, err := job("full-backup-29000000-abcde"); err != nil {
+			t.Fatalf("the same request again: %v\n%s", err, out)
+		}
+		if got := fulls(); len(got) != 2 {
+			t.Errorf("full backups %v after a request already answered, want still %v", got, labels)
+		}
+		// The request and the answer are in the primary's data directory,
+		// never in a backup: a copy restored from one would take them up.
+		ls, err := c.script(time.Minute, p.env(), Archive, "repo-ls", "--recurse", "backup/db/"+labels[1]+"/pg_data")
+		if err != nil || !strings.Contains(ls, "PG_VERSION") {
+			t.Fatalf("repo-ls of %s: %v\n%s", labels[1], err, ls)
+		}
+		if strings.Contains(ls, "database.full-backup") {
+			t.Errorf("backup %s holds the request or the answer:\n%s", labels[1], ls)
+		}
+		// A failed backup is the Job's failure, with pgBackRest's reason:
+		// the bucket refuses a wrong key.
+		keyFile := filepath.Join(c.objStore, "AWS_SECRET_ACCESS_KEY")
+		writeFile(t, keyFile, "wrong")
+		out, err = job("full-backup-29000001-fghij")
+		writeFile(t, keyFile, s3.secret)
+		if err == nil || !strings.Contains(out, "the full backup failed on the primary") || !strings.Contains(out, "pgBackRest exited") {
+			t.Fatalf("full-backup.sh with a bucket that refuses the key: %v, want a failure with pgBackRest's reason\n%s", err, out)
+		}
+		t.Logf("refused: %s", strings.TrimSpace(out))
+		// Its Job's next attempt (a new pod) asks anew, and succeeds.
+		if out, err := job("full-backup-29000001-klmno"); err != nil {
+			t.Fatalf("the next attempt: %v\n%s", err, out)
+		}
+		if got := fulls(); len(got) != 3 {
+			t.Errorf("full backups %v after the next attempt, want three", got)
+		}
 	})
 
 	t.Run("the archive follows a promoted standby onto its timeline", func(t *testing.T) {
@@ -455,9 +537,7 @@ func TestArchive(t *testing.T) {
 		side := startSidecar(t, c, p)
 		s.start(t)
 		s.waitReady(t, 2*time.Minute)
-		waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
-			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
-		})
+		c.firstBackup(t, side)
 		c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY)")
 		c.appSQL(t, p, "INSERT INTO t SELECT generate_series(1, 10)")
 		c.switchAndWait(t, p, time.Minute)
@@ -488,13 +568,7 @@ func TestArchive(t *testing.T) {
 		c := newCluster(t, tl, root, "unreachable")
 		// A queue of 64 MiB: four segments past it, pgBackRest drops WAL.
 		c.archived(t, s3, "PGBACKREST_ARCHIVE_PUSH_QUEUE_MAX=64MiB", "ARCHIVE_RETRY_SECONDS=5")
-		p := c.instance(0)
-		p.start(t)
-		p.waitReady(t, 2*time.Minute)
-		side := startSidecar(t, c, p)
-		waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
-			return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
-		})
+		p, side, _ := c.archivingPrimary(t)
 		s3.stop()
 		defer s3.start(t)
 		c.appSQL(t, p, "CREATE TABLE big (id int, pad text)")
@@ -614,10 +688,7 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("drill with no backup: %v %+v\n%s", err, v, out)
 	}
 
-	side := startSidecar(t, c, p)
-	waitFor(t, 3*time.Minute, "the sidecar's first backup", func() error {
-		return containsErr(side.log(), "archive: stanza ready and the repository holds a backup")
-	})
+	c.firstBackup(t, startSidecar(t, c, p))
 	c.appSQL(t, p, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
 	c.appSQL(t, p, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
 	c.appSQL(t, p, "CREATE TABLE \"odd|name\" (x int)")

@@ -313,6 +313,14 @@ var Contract = []Script{
 		}),
 	},
 	{
+		Name: FullBackup,
+		Does: "The full backup CronJob's container (N-full, on spec.backup.schedule, with the archive): asks the primary's sidecar for a full backup by writing its ID to database.full-backup-request in the primary's data directory (SQL through the rw Service, as the superuser), and waits for the sidecar's answer in database.full-backup: exit 0 on \"ID ok LABEL\", 1 on \"ID failed WHY\"; asks again when the primary answering has no request of it (a failover). The Job's deadline bounds the wait; the function's BackupHealthy condition reads the CronJob's status.",
+		Env: slices.Concat(jobConn, []Var{
+			{Name: EnvPodName, Need: Required, Meaning: "the pod's name, the request's ID: each attempt of the Job asks anew"},
+			{Name: "POLL_SECONDS", Need: Optional, Default: "5", Meaning: "how often the primary is asked for the answer"},
+		}),
+	},
+	{
 		Name: Drill,
 		Does: "The restore drill CronJob's container (N-drill): restores the newest backup of the Database's pgBackRest repository into the pod's own volume, replays the archive to its end and promotes (no network, archive_mode off, hot_standby off), runs pg_amcheck over every database and reads every row of every user table into a checksum, stops the copy. Ends with one JSON line in the termination message (result verified with the backup, the restored point, the durations, tables, rows and checksum; nobackup; or failed with the backup and the reason), exit 0 unless failed; the function's BackupVerified condition reads it.",
 		Env: []Var{

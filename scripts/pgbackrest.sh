@@ -20,6 +20,12 @@
 #                              WAL (GAP_MARKER): once archiving works again,
 #                              a full backup, the start of a chain a restore
 #                              can replay to the end; then the marker goes
+#   pgbackrest.sh full ID         on a primary (the sidecar), when full-backup.sh
+#                              asked (database.full-backup-request in PGDATA
+#                              holds ID): a full backup, its progress and
+#                              outcome in database.full-backup: "ID running",
+#                              then "ID ok LABEL" or "ID failed WHY"; the
+#                              repository's retention applies after it
 #   pgbackrest.sh COMMAND [ARG...]  any other pgBackRest command (info, check,
 #                              backup, verify)
 #
@@ -56,8 +62,11 @@ export PGBACKREST_REPO1_S3_KEY PGBACKREST_REPO1_S3_KEY_SECRET
 
 backrest() { pgbackrest --config="$conf" --stanza="$stanza" "$@"; }
 GAP_MARKER=database.archive-gap
+# full-backup.sh's request and the answer (pgbackrest.conf excludes both
+# from backups: a copy restored from one must not take the request up).
+FULL_ANSWER=database.full-backup
 
-[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | get-from REPOSITORY_PATH SEGMENT PATH | ensure | rebase | COMMAND [ARG...]"
+[[ $# -gt 0 ]] || die "usage: pgbackrest.sh push PATH | get SEGMENT PATH | get-from REPOSITORY_PATH SEGMENT PATH | ensure | rebase | full ID | COMMAND [ARG...]"
 case $1 in
 push)
 	[[ $# -eq 2 ]] || die "usage: pgbackrest.sh push PATH"
@@ -107,6 +116,35 @@ rebase)
 	else
 		die "segment $last was dropped after the new backup's start $start: another full backup follows"
 	fi
+	;;
+full)
+	[[ $# -eq 2 && $2 =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "usage: pgbackrest.sh full ID (a DNS name)"
+	id=$2 answer_file=${PGDATA:?}/$FULL_ANSWER
+	# answer STATE [DETAIL]: the one line full-backup.sh reads, replaced
+	# whole (a reader never sees half of it).
+	answer() {
+		printf '%s %s\n' "$id" "$*" >"$answer_file.tmp" && mv -f "$answer_file.tmp" "$answer_file"
+	}
+	answer running
+	log "a full backup, requested by $id"
+	rc=0
+	out=$(backrest --log-level-console=info --type=full backup 2>&1) || rc=$?
+	[[ -z $out ]] || printf '%s\n' "$out" >&2
+	if ((rc != 0)); then
+		# pgBackRest's error, with the lines that go on with it, in one line.
+		why=$(awk '/ERROR/{p=1} p{printf "%s ", $0}' <<<"$out" | tr -s ' \t' ' ' | cut -c1-300)
+		answer failed "pgBackRest exited $rc: ${why:-$(tail -n 1 <<<"$out")}"
+		exit "$rc"
+	fi
+	# The newest backup (info lists them oldest first) and its stop time,
+	# from the JSON (the text form prints local time without an offset).
+	info=$(backrest --output=json info)
+	label=$(grep -o '"label":"[^"]*"' <<<"$info" | tail -n 1 | cut -d'"' -f4)
+	stop=$(grep -o '"stop":[0-9]*}' <<<"$info" | tail -n 1 | tr -dc 0-9)
+	[[ -n $label && -n $stop ]] || die "no backup in pgbackrest info after the backup: $info"
+	stop=$(TZ=UTC printf '%(%Y-%m-%dT%H:%M:%SZ)T' "$stop")
+	answer ok "$label stopped $stop"
+	log "full backup $label taken (stopped $stop) for $id"
 	;;
 *)
 	exec pgbackrest --config="$conf" --stanza="$stanza" "$@"

@@ -39,6 +39,9 @@ const (
 	Archive = "pgbackrest.sh"
 	// ArchiveCheck is the archive check CronJob's container.
 	ArchiveCheck = "archive-check.sh"
+	// FullBackup is the full backup CronJob's container: it asks the
+	// primary's sidecar for a full backup and waits for the answer.
+	FullBackup = "full-backup.sh"
 	// Drill is the restore drill CronJob's container.
 	Drill = "drill.sh"
 	// Lib holds the helpers the other scripts source; it must be shipped too.

@@ -314,15 +314,16 @@ sync_round() {
 # postmaster start (the stanza, and a first full backup when the bucket has
 # none), then `pgbackrest.sh rebase` whenever a push dropped WAL (the marker
 # pgbackrest.sh leaves in PGDATA: a new full backup once the bucket answers),
+# and `pgbackrest.sh full ID` when full-backup.sh (the N-full CronJob) asked
+# for a full backup (database.full-backup-request in PGDATA), all
 # in the background: a backup takes minutes and the passwords must not wait
 # for it. A failed run is tried again ARCHIVE_RETRY_SECONDS later; its
 # output is in the sidecar's log either way.
 archive_started='' # postmaster start time the ensure run succeeded for
 archive_pid=''
 archive_next=0 # now_ms before which no new run starts
-archive_cmd=''  # the running run's command: ensure or rebase
+archive_cmd=''  # the running run's command: ensure, rebase or full ID
 archive_round() {
-	local cmd=ensure
 	[[ -f ${SCRIPTS_DIR:-$here}/pgbackrest.conf ]] || return 0
 	if [[ -n $archive_pid ]]; then
 		kill -0 "$archive_pid" 2>/dev/null && return 0
@@ -334,17 +335,41 @@ archive_round() {
 		else
 			log "archive: pgbackrest.sh $archive_cmd failed (above); trying again in ${ARCHIVE_RETRY_SECONDS:-60}s"
 			archive_next=$(($(now_ms) + ${ARCHIVE_RETRY_SECONDS:-60} * 1000))
+			if [[ $archive_cmd == "full "* ]]; then
+				full_answer_failed "${archive_cmd#full }"
+			fi
 		fi
 		archive_pid=''
 		return 0
 	fi
+	local args=(ensure) id='' answer=''
 	if [[ $archive_started == "$started" ]]; then
-		[[ -f $PGDATA/database.archive-gap ]] || return 0
-		cmd=rebase
+		if [[ -f $PGDATA/database.archive-gap ]]; then
+			args=(rebase)
+		else
+			# A full backup full-backup.sh asked for, unless its answer is
+			# final: one still "running" was cut short (this sidecar or
+			# postgres restarted), so it is taken again.
+			{ read -r id <"$PGDATA/database.full-backup-request"; } 2>/dev/null || return 0
+			{ read -r answer <"$PGDATA/database.full-backup"; } 2>/dev/null || true
+			[[ -n $id && $answer != "$id ok"* && $answer != "$id failed"* ]] || return 0
+			args=(full "$id")
+		fi
 	fi
 	(($(now_ms) >= archive_next)) || return 0
-	bash "$here/pgbackrest.sh" "$cmd" &
-	archive_pid=$! archive_cmd=$cmd
+	bash "$here/pgbackrest.sh" "${args[@]}" &
+	archive_pid=$! archive_cmd=${args[*]}
+}
+
+# full_answer_failed ID: a full backup run that ended without its answer
+# (pgbackrest.sh stopped before pgBackRest ran: no keys, no pgbackrest)
+# answers failed, so that full-backup.sh reports it now rather than at its
+# deadline; its Job's next attempt asks anew.
+full_answer_failed() {
+	local id=$1 answer='' f=$PGDATA/database.full-backup
+	{ read -r answer <"$f"; } 2>/dev/null || true
+	[[ $answer != "$id ok"* && $answer != "$id failed"* ]] || return 0
+	printf '%s failed before pgBackRest ran (the sidecar log of the primary says why)\n' "$id" >"$f.tmp" && mv -f "$f.tmp" "$f"
 }
 
 # reload_settings: the function's postgresql.conf (in the scripts ConfigMap,

@@ -134,6 +134,16 @@ type ObjectStorage struct {
 	// +optional
 	CheckMinutes *int32 `json:"checkMinutes,omitempty"`
 
+	// RetentionDays is how far back a restore reaches: pgBackRest keeps
+	// the full backups (and the WAL after the oldest of them) that a
+	// point-in-time restore to any moment of the last this many days
+	// needs, and expires the rest from the bucket after each backup.
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3650
+	// +optional
+	RetentionDays *int32 `json:"retentionDays,omitempty"`
+
 	// Drill is the restore drill: on a schedule, each Database's newest
 	// backup is restored from the bucket into a throwaway copy, replayed
 	// to the archive's end, checked and discarded; the Database's

@@ -166,6 +166,11 @@ func (in *ObjectStorage) DeepCopyInto(out *ObjectStorage) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.RetentionDays != nil {
+		in, out := &in.RetentionDays, &out.RetentionDays
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Drill != nil {
 		in, out := &in.Drill, &out.Drill
 		*out = new(Drill)
