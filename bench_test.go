@@ -22,10 +22,13 @@ func perfRequests(t testing.TB) map[string]*fnv1.RunFunctionRequest {
 	t.Helper()
 	observedLarge := xrRequest(yamlStruct(t, benchLargeBackup), nil)
 	observedLarge.Observed.Resources = observedFrom(t, runTest(t, observedLarge), true)
+	first := xrRequest(yamlStruct(t, benchLargeBackup), nil)
 	return map[string]*fnv1.RunFunctionRequest{
 		"small":          xrRequest(yamlStruct(t, benchSmall), nil),
-		"large-backup":   xrRequest(yamlStruct(t, benchLargeBackup), nil),
+		"large-backup":   first,
 		"large-observed": observedLarge,
+		// The same first reconcile for function-go-templating (peers_test.go).
+		"peer-go-templating": goTemplatingRequest(t, first),
 	}
 }
 
