@@ -27,8 +27,9 @@ func perfRequests(t testing.TB) map[string]*fnv1.RunFunctionRequest {
 		"small":          xrRequest(yamlStruct(t, benchSmall), nil),
 		"large-backup":   first,
 		"large-observed": observedLarge,
-		// The same first reconcile for function-go-templating (peers_test.go).
-		"peer-go-templating": goTemplatingRequest(t, first),
+		// The same first reconcile for function-go-templating (peers_test.go),
+		// in a folder of its own: hack/perf.sh sends testdata/perf/*.yaml to ours.
+		"peers/go-templating": goTemplatingRequest(t, first),
 	}
 }
 
