@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -116,7 +117,7 @@ func TestBackupCondition(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, backupCondition(tc.db, &observed{Backup: tc.cj})); d != "" {
+			if d := cmp.Diff(tc.want, backupCondition(tc.db, &observed{Backup: tc.cj}, nil)); d != "" {
 				t.Errorf("backupCondition (-want +got):\n%s", d)
 			}
 		})
@@ -137,15 +138,23 @@ func TestBackupCondition(t *testing.T) {
 			"volume dump (CronJob orders-backup): the backup scheduled at 2026-11-29T02:00:00Z did not succeed: it failed or ran past its 6h bound (the Job's Failed condition says which: BackoffLimitExceeded or DeadlineExceeded); last success at 2026-11-28T02:03:00Z; see the jobs of CronJob orders-backup; full backup to the bucket (CronJob orders-full): a full backup scheduled at 2026-11-29T02:00:00Z is running; a run not done within 6h is stopped and reported failed"}},
 	} {
 		t.Run("Archived"+name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, backupCondition(archived, &observed{Backup: tc.dump, FullBackup: tc.full})); d != "" {
+			if d := cmp.Diff(tc.want, backupCondition(archived, &observed{Backup: tc.dump, FullBackup: tc.full}, nil)); d != "" {
 				t.Errorf("backupCondition (-want +got):\n%s", d)
 			}
 		})
 	}
 	want := condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_TRUE, "BackupDisabled",
 		"no backups are taken (spec.backup.enabled is false): nothing can fail; enable them to have backups (the WAL archive goes on, from its first full backup; the repository's retention acts only after a backup)"}
-	if d := cmp.Diff(want, backupCondition(&database{ObjectStorage: &objectStorage{}}, &observed{})); d != "" {
+	if d := cmp.Diff(want, backupCondition(&database{ObjectStorage: &objectStorage{}}, &observed{}, &archivePlan{})); d != "" {
 		t.Errorf("archived, backups off: backupCondition (-want +got):\n%s", d)
+	}
+	// A failing archive is a failing backup, backups on or off.
+	failing := &archivePlan{Condition: condition{condWALArchive, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing, "the check scheduled at 2026-11-28T02:05:00Z found the archive failing"}}
+	for name, db := range map[string]*database{"on": archived, "off": {Name: "orders", ObjectStorage: &objectStorage{}}} {
+		got := backupCondition(db, &observed{Backup: ok, FullBackup: ok}, failing)
+		if got.Status != fnv1.Status_STATUS_CONDITION_FALSE || got.Reason != reasonArchiveFailing || !strings.HasPrefix(got.Message, "the WAL archive fails (WALArchive): the check scheduled") {
+			t.Errorf("backups %s, the archive failing: BackupHealthy %+v, want False naming WALArchive", name, got)
+		}
 	}
 }
 

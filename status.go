@@ -146,7 +146,7 @@ func phase(p *plan, stsReady bool) string {
 }
 
 func conditions(db *database, p *plan, o *observed) []condition {
-	out := []condition{backupCondition(db, o), specApplied(db, p), versionCondition(p)}
+	out := []condition{backupCondition(db, o, p.Archive), specApplied(db, p), versionCondition(p)}
 	if p.Restore != nil {
 		out = append(out, p.Restore.Condition)
 	}
@@ -262,8 +262,20 @@ func specApplied(db *database, p *plan) condition {
 // one. With the platform's archive there are two: the volume dumps and the
 // full backups to the bucket (N-full); the condition is the worse of them
 // (False, then Unknown), its message says both. The WAL archive itself has
-// its own condition, WALArchive.
-func backupCondition(db *database, o *observed) condition {
+// its own condition, WALArchive, and a failing archive makes BackupHealthy
+// False too (backups on or off): the one condition to alert on says that
+// what a restore needs is not being kept.
+func backupCondition(db *database, o *observed, a *archivePlan) condition {
+	c := backupsCondition(db, o)
+	if a != nil && a.Condition.Status == fnv1.Status_STATUS_CONDITION_FALSE {
+		c = condition{condBackupHealthy, fnv1.Status_STATUS_CONDITION_FALSE, a.Condition.Reason,
+			"the WAL archive fails (WALArchive): " + a.Condition.Message + "; " + c.Message}
+	}
+	return c
+}
+
+// backupsCondition is BackupHealthy from the backup CronJobs alone.
+func backupsCondition(db *database, o *observed) condition {
 	if !db.Backup.Enabled {
 		// Not applicable, so True: alerts fire on BackupHealthy=False (or
 		// not True), and a Database whose backups are off on purpose is
