@@ -440,14 +440,7 @@ func archiveRestored(st *restoreStatus) condition {
 type restoreReport struct {
 	// Resolved: the instance pods were read.
 	Resolved bool
-	Report   *archiveRestoreReport
-}
-
-type archiveRestoreReport struct {
-	Result     string `json:"result"`
-	RestoredTo string `json:"restoredTo"`
-	LSN        string `json:"lsn"`
-	Timeline   int64  `json:"timeline"`
+	Report   *scripts.RestoreReport
 }
 
 // lookupRestoreReport reads the report from the postgres container of pod
@@ -464,7 +457,7 @@ func lookupRestoreReport(req *fnv1.RunFunctionRequest, pod string) restoreReport
 			continue
 		}
 		for _, last := range []bool{false, true} {
-			if rep := decodeReport(terminationMessage(p, containerPostgres, last), func(r *archiveRestoreReport) bool { return r.Result == "restored" && r.LSN != "" }); rep != nil {
+			if rep := decodeReport(terminationMessage(p, containerPostgres, last), func(r *scripts.RestoreReport) bool { return r.Result == scripts.Restored && r.LSN != "" }); rep != nil {
 				out.Report = rep
 				return out
 			}

@@ -66,7 +66,7 @@ func drillCronJob(db *database, p *plan) *batchv1.CronJob {
 			{Name: volObjectStorage, MountPath: objectStorageDir, ReadOnly: true},
 			{Name: volTmp, MountPath: tmpDir},
 		})
-	// The verdict (drillVerdict) leaves the pod as its termination message.
+	// The verdict (scripts.DrillVerdict) leaves the pod as its termination message.
 	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	return cronJob(db, scheduled{
 		name: drillName(db), component: componentDrill, schedule: db.ObjectStorage.DrillSchedule,
@@ -86,27 +86,6 @@ func drillCronJob(db *database, p *plan) *batchv1.CronJob {
 		},
 	})
 }
-
-// drillVerdict is drill.sh's termination message.
-type drillVerdict struct {
-	Result          string  `json:"result"`
-	Backup          string  `json:"backup"`
-	RestoredTo      string  `json:"restoredTo"`
-	RestoreSeconds  float64 `json:"restoreSeconds"`
-	RecoverySeconds float64 `json:"recoverySeconds"`
-	Seconds         float64 `json:"seconds"`
-	Tables          int64   `json:"tables"`
-	Rows            int64   `json:"rows"`
-	Checksum        string  `json:"checksum"`
-	Reason          string  `json:"reason"`
-}
-
-// drill.sh's results.
-const (
-	drillVerified = "verified"
-	drillFailed   = "failed"
-	drillNoBackup = "nobackup"
-)
 
 // drillRecord is status.drill: the last finished drill, as the function read
 // it. Scheduled is the run it answers (the CronJob's lastScheduleTime).
@@ -128,7 +107,7 @@ type drillRecord struct {
 // verdict of the newest pod created at or after since.
 type drillOutcome struct {
 	Resolved bool
-	Verdict  *drillVerdict
+	Verdict  *scripts.DrillVerdict
 }
 
 // lookupDrillOutcome reads the drill pods' termination messages: the newest
@@ -146,7 +125,7 @@ func lookupDrillOutcome(req *fnv1.RunFunctionRequest, since time.Time) drillOutc
 		if err != nil || created.Before(since) || (out.Verdict != nil && !created.After(newest)) {
 			continue
 		}
-		if v := decodeReport(terminationMessage(pod, containerDrill, false), func(v *drillVerdict) bool { return v.Result != "" }); v != nil {
+		if v := decodeReport(terminationMessage(pod, containerDrill, false), func(v *scripts.DrillVerdict) bool { return v.Result != "" }); v != nil {
 			out.Verdict, newest = v, created
 		}
 	}
@@ -210,12 +189,12 @@ func planDrill(db *database, o *observed) *drillPlan {
 
 // recordDrill is the record of the CronJob's last run: its pod's verdict,
 // or, when its pod is gone, what the CronJob's status says of it.
-func recordDrill(cj *batchv1.CronJob, v *drillVerdict) *drillRecord {
+func recordDrill(cj *batchv1.CronJob, v *scripts.DrillVerdict) *drillRecord {
 	sched := cj.Status.LastScheduleTime
 	if v == nil {
-		r := &drillRecord{Scheduled: sched, Result: drillFailed, Reason: "the drill's pod is gone with its verdict, and the CronJob counts the run failed"}
+		r := &drillRecord{Scheduled: sched, Result: scripts.DrillFailed, Reason: "the drill's pod is gone with its verdict, and the CronJob counts the run failed"}
 		if succ := cj.Status.LastSuccessfulTime; succ != nil && !succ.Before(sched) {
-			r.Result, r.Reason = drillVerified, "the drill succeeded; its pod is gone with the details"
+			r.Result, r.Reason = scripts.DrillVerified, "the drill succeeded; its pod is gone with the details"
 		}
 		return r
 	}
@@ -238,7 +217,7 @@ func drillCondition(db *database, r *drillRecord, cj *batchv1.CronJob) condition
 	}
 	at := "the drill scheduled at " + stamp(r.Scheduled)
 	switch r.Result {
-	case drillVerified:
+	case scripts.DrillVerified:
 		if r.Backup == "" {
 			return condition{condBackupVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified, at + ": " + r.Reason}
 		}
@@ -249,10 +228,10 @@ func drillCondition(db *database, r *drillRecord, cj *batchv1.CronJob) condition
 		return condition{condBackupVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified, fmt.Sprintf(
 			"%s restored backup %s and the archive after it to %s in %s s (restore %s s, replay %s s), checked every relation (pg_amcheck) and read %d rows of %d tables",
 			at, r.Backup, to, seconds(r.Seconds), seconds(r.RestoreSeconds), seconds(r.RecoverySeconds), r.Rows, r.Tables)}
-	case drillNoBackup:
+	case scripts.DrillNoBackup:
 		return condition{condBackupVerified, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNoBackup,
 			at + " found no backup in the repository yet (the primary takes the first one once its archive starts)"}
-	case drillFailed:
+	case scripts.DrillFailed:
 		msg := at + " failed"
 		if r.Backup != "" {
 			msg += " to restore backup " + r.Backup

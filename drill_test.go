@@ -10,6 +10,8 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/example/function-database/scripts"
 )
 
 // TestDrillComposed: an archived Database has its restore drill, a CronJob
@@ -61,8 +63,8 @@ func TestPlanDrill(t *testing.T) {
 	done := func(succ *metav1.Time) *batchv1.CronJob {
 		return &batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: sched, LastSuccessfulTime: succ}}
 	}
-	verified := &drillVerdict{Result: drillVerified, Backup: "20261206-043000F", RestoredTo: "2026-12-06T04:29:58Z", Seconds: 41.2, Tables: 3, Rows: 1200}
-	recorded := &drillRecord{Scheduled: sched, Result: drillVerified, Backup: "20261206-043000F"}
+	verified := &scripts.DrillVerdict{Result: scripts.DrillVerified, Backup: "20261206-043000F", RestoredTo: "2026-12-06T04:29:58Z", Seconds: 41.2, Tables: 3, Rows: 1200}
+	recorded := &drillRecord{Scheduled: sched, Result: scripts.DrillVerified, Backup: "20261206-043000F"}
 	cases := []struct {
 		name    string
 		cj      *batchv1.CronJob
@@ -77,13 +79,13 @@ func TestPlanDrill(t *testing.T) {
 		{"never ran", &batchv1.CronJob{}, nil, drillOutcome{}, false, "", fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNotYet},
 		{"running", &batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: sched, Active: []corev1.ObjectReference{{Name: "ledger-drill-1"}}}}, nil, drillOutcome{}, false, "", fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNotYet},
 		{"finished, first call", done(sched), nil, drillOutcome{}, true, "", fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNotYet},
-		{"finished, its pod read", done(sched), nil, drillOutcome{Resolved: true, Verdict: verified}, true, drillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
-		{"recorded: nothing to read", done(sched), recorded, drillOutcome{}, false, drillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
-		{"failed, its pod read", done(prev), &drillRecord{Scheduled: prev, Result: drillVerified}, drillOutcome{Resolved: true, Verdict: &drillVerdict{Result: drillFailed, Backup: "20261206-043000F", Reason: "lz4 error"}}, true, drillFailed, fnv1.Status_STATUS_CONDITION_FALSE, reasonDrillFailed},
-		{"failed, its pod gone", done(prev), &drillRecord{Scheduled: prev, Result: drillVerified}, drillOutcome{Resolved: true}, true, drillFailed, fnv1.Status_STATUS_CONDITION_FALSE, reasonDrillFailed},
-		{"succeeded, its pod gone", done(sched), nil, drillOutcome{Resolved: true}, true, drillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
-		{"no backup yet", done(sched), nil, drillOutcome{Resolved: true, Verdict: &drillVerdict{Result: drillNoBackup}}, true, drillNoBackup, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNoBackup},
-		{"a new run while the last is recorded", &batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: sched, Active: []corev1.ObjectReference{{Name: "ledger-drill-2"}}}}, &drillRecord{Scheduled: prev, Result: drillVerified, Backup: "b"}, drillOutcome{}, false, drillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
+		{"finished, its pod read", done(sched), nil, drillOutcome{Resolved: true, Verdict: verified}, true, scripts.DrillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
+		{"recorded: nothing to read", done(sched), recorded, drillOutcome{}, false, scripts.DrillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
+		{"failed, its pod read", done(prev), &drillRecord{Scheduled: prev, Result: scripts.DrillVerified}, drillOutcome{Resolved: true, Verdict: &scripts.DrillVerdict{Result: scripts.DrillFailed, Backup: "20261206-043000F", Reason: "lz4 error"}}, true, scripts.DrillFailed, fnv1.Status_STATUS_CONDITION_FALSE, reasonDrillFailed},
+		{"failed, its pod gone", done(prev), &drillRecord{Scheduled: prev, Result: scripts.DrillVerified}, drillOutcome{Resolved: true}, true, scripts.DrillFailed, fnv1.Status_STATUS_CONDITION_FALSE, reasonDrillFailed},
+		{"succeeded, its pod gone", done(sched), nil, drillOutcome{Resolved: true}, true, scripts.DrillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
+		{"no backup yet", done(sched), nil, drillOutcome{Resolved: true, Verdict: &scripts.DrillVerdict{Result: scripts.DrillNoBackup}}, true, scripts.DrillNoBackup, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonDrillNoBackup},
+		{"a new run while the last is recorded", &batchv1.CronJob{Status: batchv1.CronJobStatus{LastScheduleTime: sched, Active: []corev1.ObjectReference{{Name: "ledger-drill-2"}}}}, &drillRecord{Scheduled: prev, Result: scripts.DrillVerified, Backup: "b"}, drillOutcome{}, false, scripts.DrillVerified, fnv1.Status_STATUS_CONDITION_TRUE, reasonDrillVerified},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -116,12 +116,7 @@ type instancePods struct {
 // reports it.
 type failoverOutcome struct {
 	Resolved bool
-	Result   string `json:"result"`
-	From     int    `json:"from"`
-	To       int    `json:"to"`
-	Timeline int64  `json:"timeline"`
-	LSN      string `json:"lsn"`
-	Reason   string `json:"reason"`
+	scripts.FailoverOutcome
 }
 
 // failoverPlan is what the function does about failover this reconcile.
@@ -670,9 +665,8 @@ func lookupFailoverOutcome(req *fnv1.RunFunctionRequest) failoverOutcome {
 	}
 	out := failoverOutcome{Resolved: true}
 	for _, r := range rs.GetItems() {
-		if o := decodeReport(terminationMessage(r.GetResource(), containerFailover, false), func(o *failoverOutcome) bool { return o.Result != "" }); o != nil {
-			o.Resolved = true
-			out = *o
+		if o := decodeReport(terminationMessage(r.GetResource(), containerFailover, false), func(o *scripts.FailoverOutcome) bool { return o.Result != "" }); o != nil {
+			out.FailoverOutcome = *o
 		}
 	}
 	return out

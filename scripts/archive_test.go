@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -288,20 +287,9 @@ func (c *cluster) restoreInto(t *testing.T, in *instance, target string) (port i
 	return port, time.Since(start)
 }
 
-// restoreReport is what a primary restored from an archive reports as its
-// termination message (entrypoint.sh restore_primary).
-type restoreReport struct {
-	Result     string  `json:"result"`
-	Source     string  `json:"source"`
-	RestoredTo string  `json:"restoredTo"`
-	LSN        string  `json:"lsn"`
-	Timeline   int     `json:"timeline"`
-	Seconds    float64 `json:"seconds"`
-}
-
 // restoreReport waits for the entrypoint to exit after a restore, as it
 // must, and reads its report.
-func (in *instance) restoreReport(t *testing.T, timeout time.Duration) restoreReport {
+func (in *instance) restoreReport(t *testing.T, timeout time.Duration) RestoreReport {
 	t.Helper()
 	if err := in.waitExit(timeout); err != nil {
 		t.Fatalf("%v: a restoring entrypoint exits once restored\n%s", err, tail(in.lastLog(), 40))
@@ -316,8 +304,8 @@ func (in *instance) restoreReport(t *testing.T, timeout time.Duration) restoreRe
 	if err != nil {
 		t.Fatalf("no report: %v\n%s", err, tail(in.lastLog(), 40))
 	}
-	var r restoreReport
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := DecodeReport[RestoreReport](b)
+	if err != nil {
 		t.Fatalf("report %q: %v", b, err)
 	}
 	return r
@@ -631,25 +619,11 @@ func TestArchive(t *testing.T) {
 	})
 }
 
-// drillVerdict is drill.sh's termination message.
-type drillVerdict struct {
-	Result          string  `json:"result"`
-	Backup          string  `json:"backup"`
-	RestoredTo      string  `json:"restoredTo"`
-	RestoreSeconds  float64 `json:"restoreSeconds"`
-	RecoverySeconds float64 `json:"recoverySeconds"`
-	Seconds         float64 `json:"seconds"`
-	Tables          int     `json:"tables"`
-	Rows            int64   `json:"rows"`
-	Checksum        string  `json:"checksum"`
-	Reason          string  `json:"reason"`
-}
-
 // drill runs drill.sh as the drill CronJob's container would, against c's
 // repository: its own data directory, socket and port; in's pgBackRest
 // environment (the repository). It returns the termination message, parsed,
 // and the output.
-func (c *cluster) drill(t *testing.T, in *instance) (drillVerdict, string, error) {
+func (c *cluster) drill(t *testing.T, in *instance) (DrillVerdict, string, error) {
 	t.Helper()
 	dir := c.tl.mkdir(t, filepath.Join(c.root, fmt.Sprintf("drill-%d", time.Now().UnixNano())))
 	term := filepath.Join(dir, "termination-log")
@@ -662,9 +636,12 @@ func (c *cluster) drill(t *testing.T, in *instance) (drillVerdict, string, error
 	if _, statErr := os.Stat(filepath.Join(data, "postmaster.pid")); statErr == nil {
 		t.Errorf("the drill left its copy running in %s", data)
 	}
-	var v drillVerdict
+	var v DrillVerdict
 	b, rerr := os.ReadFile(term)
-	if rerr != nil || json.Unmarshal(b, &v) != nil {
+	if rerr == nil {
+		v, rerr = DecodeReport[DrillVerdict](b)
+	}
+	if rerr != nil {
 		t.Errorf("drill.sh wrote no termination message (%v): %q\n%s", rerr, b, out)
 	}
 	return v, out, err

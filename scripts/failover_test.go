@@ -70,6 +70,10 @@ func (c *cluster) runFailover(t *testing.T, hosts []int, from, grace int, extra 
 		if err := json.Unmarshal(b, &r.result); err != nil {
 			t.Errorf("termination message %q is not JSON: %v", b, err)
 		}
+		// The function reads it as a FailoverOutcome: no key it lacks.
+		if _, err := DecodeReport[FailoverOutcome](b); err != nil {
+			t.Errorf("termination message %q is no FailoverOutcome: %v", b, err)
+		}
 		if strings.Count(r.message, "\n") != 1 || !strings.HasSuffix(r.message, "\n") {
 			t.Errorf("termination message %q is not one line", r.message)
 		}
