@@ -357,9 +357,13 @@ func (c *cluster) provision(ctx context.Context) {
 				// A real folder on the real node, owned by the uid the
 				// database pods run as (hostPath volumes get no fsGroup).
 				path := filepath.Join(c.realVolumes, pvc.Namespace+"-"+pvc.Name+"-"+string(pvc.UID))
-				if err := os.MkdirAll(path, 0o700); err != nil || os.Chown(path, 999, 999) != nil {
+				err := os.MkdirAll(path, 0o700)
+				if err == nil {
+					err = os.Chown(path, 999, 999)
+				}
+				if err != nil {
 					c.provMu.Lock()
-					c.provError = fmt.Errorf("volume folder %s: %v", path, err)
+					c.provError = fmt.Errorf("volume folder %s: %w", path, err)
 					c.provMu.Unlock()
 					continue
 				}

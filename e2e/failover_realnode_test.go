@@ -631,9 +631,7 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 	if c.durability == checker.Async && len(r.Lost) > 0 {
 		t.Logf("%d acknowledged writes lost with durability async: %v", len(r.Lost), r.Lost[:min(len(r.Lost), 20)])
 	}
-	switch err := r.Err(); {
-	case err == nil:
-	default:
+	if err := r.Err(); err != nil {
 		t.Error(err)
 	}
 	if c.noLoss && c.durability == checker.Async && len(r.Lost) > 0 {

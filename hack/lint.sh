@@ -29,8 +29,9 @@ echo "lint: shellcheck over hack/ and .ci/ (the pods' scripts: go test ./scripts
 command -v shellcheck >/dev/null || { echo "lint: shellcheck missing: hack/install-postgres.sh installs it (Debian package shellcheck)" >&2; exit 1; }
 shellcheck -x hack/*.sh .ci/run
 
-echo "lint: golangci-lint" >&2
+echo "lint: golangci-lint (and the e2e module with its build tag)" >&2
 "$lint" run ./...
+(cd e2e && "$lint" run --build-tags e2e ./...)
 
 echo "lint: go mod tidy and go generate are fresh (hack/generate.sh)" >&2
 hack/generate.sh
