@@ -53,6 +53,8 @@ const (
 	defaultRetentionDays  = 7
 	maxRetentionDays      = 3650
 
+	maxRetentionFullBackups = 100
+
 	uriStyleHost = "Host"
 	uriStylePath = "Path"
 )
@@ -80,8 +82,10 @@ type objectStorage struct {
 	// CheckMinutes is the archive check's interval.
 	CheckMinutes int32
 	// RetentionDays is how far back a restore reaches (pgBackRest's
-	// time-based retention of full backups).
-	RetentionDays int32
+	// time-based retention of full backups); RetentionFullBackups, when
+	// not 0, keeps that many full backups instead (count-based).
+	RetentionDays        int32
+	RetentionFullBackups int32
 	// DrillSchedule is the restore drill's schedule; "" when it is off.
 	DrillSchedule string
 	// CrossNamespace are the platform's rules for restoring another
@@ -193,6 +197,15 @@ func resolveObjectStorage(p *field.Path, in *v1beta1.ObjectStorage) (*objectStor
 			errs = append(errs, field.Invalid(p.Child("retentionDays"), *d, "must be between 1 and "+strconv.Itoa(maxRetentionDays)+" days"))
 		}
 		os.RetentionDays = *d
+	}
+	if n := in.RetentionFullBackups; n != nil {
+		switch {
+		case in.RetentionDays != nil:
+			errs = append(errs, field.Forbidden(p.Child("retentionFullBackups"), "set retentionDays or retentionFullBackups, not both: pgBackRest keeps full backups by age or by count"))
+		case *n < 1 || *n > maxRetentionFullBackups:
+			errs = append(errs, field.Invalid(p.Child("retentionFullBackups"), *n, "must be between 1 and "+strconv.Itoa(maxRetentionFullBackups)))
+		}
+		os.RetentionDays, os.RetentionFullBackups = 0, *n
 	}
 	for i, r := range in.CrossNamespaceRestores {
 		rp := p.Child("crossNamespaceRestores").Index(i)
@@ -308,10 +321,10 @@ func pgbackrestConf(db *database, p *plan, hasCA bool) string {
 		"io-timeout=15",
 		// By age: the full backups a restore to any point of the last
 		// RetentionDays days needs (the newest one older than that, and
-		// every later one), and the WAL after the oldest kept; expired
-		// after each backup.
-		"repo1-retention-full-type=time",
-		"repo1-retention-full="+strconv.Itoa(int(os.RetentionDays)),
+		// every later one), and the WAL after the oldest kept; or by
+		// count (RetentionFullBackups). Expired after each backup.
+		"repo1-retention-full-type="+retentionType(os),
+		"repo1-retention-full="+strconv.Itoa(int(max(os.RetentionDays, os.RetentionFullBackups))),
 		// full-backup.sh's request and the sidecar's answer (pgbackrest.sh
 		// full) live in the primary's data directory: a copy restored from
 		// a backup must not take them up.
@@ -328,6 +341,15 @@ func pgbackrestConf(db *database, p *plan, hasCA bool) string {
 		"",
 	)
 	return strings.Join(lines, "\n")
+}
+
+// retentionType is pgBackRest's repo1-retention-full-type: by age unless
+// the input keeps a count of full backups.
+func retentionType(os *objectStorage) string {
+	if os.RetentionFullBackups > 0 {
+		return "count"
+	}
+	return "time"
 }
 
 // repoPath is the repository of Database name in namespace ns in the bucket.

@@ -79,6 +79,21 @@ func TestPgbackrestConf(t *testing.T) {
 	}
 }
 
+// TestRetentionByCount: retentionFullBackups makes pgBackRest keep that
+// many full backups, whatever their age, instead of the default 7 days.
+func TestRetentionByCount(t *testing.T) {
+	in := compositionInput(t, "example/archive/composition.yaml")
+	in.Fields["objectStorage"].GetStructValue().Fields["retentionFullBackups"] = structpb.NewNumberValue(4)
+	rsp := runTest(t, xrRequest(readYAMLStruct(t, "example/archive/xr.yaml"), in))
+	cm := decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource())
+	if want := "repo1-retention-full-type=count\nrepo1-retention-full=4\n"; !strings.Contains(cm.Data[keyPgbackrestConf], want) {
+		t.Errorf("pgbackrest.conf lacks %q:\n%s", want, cm.Data[keyPgbackrestConf])
+	}
+	if want := "repo1-retention-full-type=time\nrepo1-retention-full=7\n"; !strings.Contains(decodeInto[corev1.ConfigMap](t, archiveExample(t).GetDesired().GetResources()[string(rnScripts)].GetResource()).Data[keyPgbackrestConf], want) {
+		t.Errorf("the default pgbackrest.conf lacks %q", want)
+	}
+}
+
 func TestArchiveComposed(t *testing.T) {
 	rsp := archiveExample(t)
 	desired := rsp.GetDesired().GetResources()
@@ -265,6 +280,12 @@ func TestResolveObjectStorage(t *testing.T) {
 			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, RetentionDays: 7}, nil},
 		{"a check every hour", func(o *v1beta1.ObjectStorage) { o.CheckMinutes = ptr.To[int32](60) }, nil, []string{"input.objectStorage.checkMinutes"}},
 		{"no retention", func(o *v1beta1.ObjectStorage) { o.RetentionDays = ptr.To[int32](0) }, nil, []string{"input.objectStorage.retentionDays"}},
+		{"a count of full backups", func(o *v1beta1.ObjectStorage) { o.RetentionFullBackups = ptr.To[int32](4) },
+			&objectStorage{Host: "s3.example.com", Bucket: "pg-archive", Prefix: "function-database", Region: "us-east-1", URIStyle: "Host", SecretName: "s3", SecretNamespace: "crossplane-system", ArchiveTimeout: 60, CheckMinutes: 5, RetentionFullBackups: 4, DrillSchedule: defaultDrillSchedule}, nil},
+		{"age and count", func(o *v1beta1.ObjectStorage) {
+			o.RetentionDays, o.RetentionFullBackups = ptr.To[int32](7), ptr.To[int32](4)
+		}, nil, []string{"input.objectStorage.retentionFullBackups"}},
+		{"too many full backups", func(o *v1beta1.ObjectStorage) { o.RetentionFullBackups = ptr.To[int32](1000) }, nil, []string{"input.objectStorage.retentionFullBackups"}},
 		{"a bad drill schedule", func(o *v1beta1.ObjectStorage) { o.Drill = &v1beta1.Drill{Schedule: "weekly"} }, nil, []string{"input.objectStorage.drill.schedule"}},
 		{"a scheme", func(o *v1beta1.ObjectStorage) { o.Endpoint = "https://s3.example.com" }, nil, []string{"input.objectStorage.endpoint"}},
 		{"a bad port", func(o *v1beta1.ObjectStorage) { o.Endpoint = "s3.example.com:99999" }, nil, []string{"input.objectStorage.endpoint"}},

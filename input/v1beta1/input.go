@@ -138,11 +138,19 @@ type ObjectStorage struct {
 	// the full backups (and the WAL after the oldest of them) that a
 	// point-in-time restore to any moment of the last this many days
 	// needs, and expires the rest from the bucket after each backup.
-	// +kubebuilder:default=7
+	// 7 when neither this nor RetentionFullBackups is set.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3650
 	// +optional
 	RetentionDays *int32 `json:"retentionDays,omitempty"`
+
+	// RetentionFullBackups keeps this many full backups instead (and the
+	// WAL after the oldest of them), whatever their age: for a platform
+	// that budgets the bucket by count. Not with RetentionDays.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	RetentionFullBackups *int32 `json:"retentionFullBackups,omitempty"`
 
 	// Drill is the restore drill: on a schedule, each Database's newest
 	// backup is restored from the bucket into a throwaway copy, replayed

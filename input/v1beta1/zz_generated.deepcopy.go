@@ -171,6 +171,11 @@ func (in *ObjectStorage) DeepCopyInto(out *ObjectStorage) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.RetentionFullBackups != nil {
+		in, out := &in.RetentionFullBackups, &out.RetentionFullBackups
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Drill != nil {
 		in, out := &in.Drill, &out.Drill
 		*out = new(Drill)
