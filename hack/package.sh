@@ -53,6 +53,10 @@ mkdir -p "$tmp/registry" "$out"
 rm -f "$out"/function-database-*.xpkg
 
 # crane mutate reads its image from a registry: serve one on loopback meanwhile.
+# The log exists before the server starts: the background job opens its
+# redirection after the fork, and a sed racing it under load found no file
+# (set -e then ended the script with sed's status 2).
+: >"$tmp/registry.log"
 "$crane" registry serve --address 127.0.0.1:0 --disk "$tmp/registry" 2>"$tmp/registry.log" &
 registry_pid=$!
 port=
