@@ -108,7 +108,7 @@ func TestToStructStripsNoise(t *testing.T) {
 		b, _ := s.MarshalJSON()
 		j := string(b)
 		all += j
-		for _, noise := range []string{`"status"`, `"creationTimestamp"`, `:null`, `"resources":{}`, `"updateStrategy"`, `"hostPID"`, `"nodePort"`, `"metadata":{}`, `"strategy"`} {
+		for _, noise := range []string{`"status"`, `"creationTimestamp"`, `:null`, `"resources":{}`, `"updateStrategy":{}`, `"hostPID"`, `"nodePort"`, `"metadata":{}`, `"strategy"`} {
 			if strings.Contains(j, noise) {
 				t.Errorf("%s: desired state contains server-owned or zero-value noise %s", name, noise)
 			}
@@ -117,7 +117,7 @@ func TestToStructStripsNoise(t *testing.T) {
 		// would catch a regression to a plain JSON round trip.
 		if name == "statefulset" {
 			raw, _ := json.Marshal(obj)
-			if !strings.Contains(string(raw), `"status"`) || !strings.Contains(string(raw), `"updateStrategy":{}`) {
+			if !strings.Contains(string(raw), `"status":{`) {
 				t.Errorf("expected encoding/json to add noise to a StatefulSet; the noise list is stale")
 			}
 		}

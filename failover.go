@@ -110,6 +110,11 @@ type instancePods struct {
 	// Unschedulable is, by pod name, why the scheduler placed it on no
 	// node (its PodScheduled condition's message).
 	Unschedulable map[string]string
+	// Revision is, by pod name, the StatefulSet revision of the template
+	// the pod was created from; CrashLooping the pods whose kubelet holds
+	// a container back (CrashLoopBackOff): the supervised roll, roll.go.
+	Revision     map[string]string
+	CrashLooping map[string]bool
 }
 
 // failoverOutcome is the failover Job's termination message, as its pod
@@ -239,6 +244,9 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			target = t
 		}
 		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, frozenFacts(job))
+		if switchoverReason(job) == reasonUpdate {
+			frozen.Annotations[annotationSwitchoverReason] = reasonUpdate
+		}
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -287,7 +295,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 				fp.Primary = out.To
 				reason := reasonPrimaryLost
 				if target >= 0 {
-					reason = reasonSwitchover
+					reason = switchoverReason(job)
 				}
 				fp.Record.Last = &failoverEvent{
 					From: podName(db, from), To: podName(db, out.To), Reason: reason,
@@ -313,7 +321,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			fp.Job, fp.InProgress = frozen, true
 			fp.Condition = failoverRunning(db, from)
 			if target >= 0 {
-				fp.Condition = switchoverRunning(db, from, target)
+				fp.Condition = switchoverRunning(db, from, target, switchoverReason(job))
 			}
 			if out.Result == failoverResultHeld {
 				fp.Condition = failoverHeld(db, frozen.Name, from, out.Reason)
@@ -335,7 +343,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 	fp.Condition = failoverIdle(db, fp)
 	primaryPod := podName(db, fp.Primary)
 	if !o.Instances.Resolved || !p.Initialized || o.StatefulSet == nil ||
-		(p.Restore != nil && p.Restore.Pending) || rolling(o.StatefulSet) {
+		(p.Restore != nil && p.Restore.Pending) || p.Roll.restartsPrimary(fp.Primary) {
 		return fp
 	}
 	if !o.Instances.Ready[primaryPod] {
@@ -343,25 +351,55 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
+	// A planned switchover, asked for by spec.primary or by the supervised
+	// roll (roll.go), once every instance is ready: the target must be a
+	// streaming standby to catch up with the primary.
+	target, reason, preferred := -1, reasonSwitchover, -1
 	if t := db.Primary; t != nil && *t != fp.Primary {
-		// A planned switchover, once every instance is ready: the target
-		// must be a streaming standby to catch up with the primary.
-		if *t >= int(replicas) {
+		preferred = *t
+		switch {
+		case *t >= int(replicas):
 			fp.Condition.Reason = reasonSwitchoverWaits
 			fp.Condition.Message = fmt.Sprintf("spec.primary %d is not an instance (size %s has %d); the primary stays %s", *t, db.Size, replicas, primaryPod)
 			return fp
+		case p.Roll.holds(*t):
+			// Switched to now, it would be switched away from before its
+			// own restart: it waits for the roll.
+			fp.Condition.Reason = reasonSwitchoverWaits
+			fp.Condition.Message = fmt.Sprintf("spec.primary asks for %s; the switchover waits until it runs the new pod template (condition %s)", podName(db, *t), condUpdated)
+		default:
+			target = *t
 		}
-		for k := range int(replicas) {
-			if !o.Instances.Ready[podName(db, k)] {
-				fp.Condition.Reason = reasonSwitchoverWaits
-				fp.Condition.Message = fmt.Sprintf("spec.primary asks for %s; the switchover starts once every instance is ready (%s is not)", podName(db, *t), podName(db, k))
-				return fp
-			}
-		}
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, *t, failoverFacts(db, o, fp.Primary, replicas)), true
-		fp.Condition = switchoverRunning(db, fp.Primary, *t)
 	}
+	if target < 0 {
+		if t, ok := p.Roll.switchoverTarget(fp.Primary, int(replicas), preferred); ok {
+			target, reason = t, reasonUpdate
+		}
+	}
+	if target < 0 {
+		return fp
+	}
+	for k := range int(replicas) {
+		if !o.Instances.Ready[podName(db, k)] {
+			fp.Condition.Reason = reasonSwitchoverWaits
+			fp.Condition.Message = fmt.Sprintf("%s asks for %s; the switchover starts once every instance is ready (%s is not)", switchoverCause(reason), podName(db, target), podName(db, k))
+			return fp
+		}
+	}
+	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, failoverFacts(db, o, fp.Primary, replicas)), true
+	if reason == reasonUpdate {
+		fp.Job.Annotations[annotationSwitchoverReason] = reasonUpdate
+	}
+	fp.Condition = switchoverRunning(db, fp.Primary, target, reason)
 	return fp
+}
+
+// switchoverCause says who asked for a switchover.
+func switchoverCause(reason string) string {
+	if reason == reasonUpdate {
+		return "the roll of a new pod template (condition " + condUpdated + ")"
+	}
+	return "spec.primary"
 }
 
 // oldTimeline refuses a promotion the Job reported on a timeline not above
@@ -397,10 +435,10 @@ func failoverHeld(db *database, job string, from int, why string) condition {
 		podName(db, from), job, or(why, "no reason given"))}
 }
 
-func switchoverRunning(db *database, from, to int) condition {
+func switchoverRunning(db *database, from, to int, reason string) condition {
 	return condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
-		"switching over from %s to %s (spec.primary): Job %s makes the primary read-only, waits for %s to replay everything, then promotes it",
-		podName(db, from), podName(db, to), db.Name+suffixFailover, podName(db, to))}
+		"switching over from %s to %s (%s): Job %s makes the primary read-only, waits for %s to replay everything, then promotes it",
+		podName(db, from), podName(db, to), switchoverCause(reason), db.Name+suffixFailover, podName(db, to))}
 }
 
 func failoverRunning(db *database, from int) condition {
@@ -419,6 +457,15 @@ func failoverIdle(db *database, fp *failoverPlan) condition {
 		msg += fmt.Sprintf("; last failover from %s to %s%s (%s, timeline %d)", l.From, l.To, when, l.Reason, l.Timeline)
 	}
 	return condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverIdle, msg}
+}
+
+// switchoverReason is the record's reason for a switchover Job: Update when
+// the roll asked for it.
+func switchoverReason(j *batchv1.Job) string {
+	if j.Annotations[annotationSwitchoverReason] == reasonUpdate {
+		return reasonUpdate
+	}
+	return reasonSwitchover
 }
 
 // jobCounter reads the count and the lost primary a failover Job was
@@ -567,7 +614,7 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 	if !ok {
 		return instancePods{}
 	}
-	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}}
+	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}, Revision: map[string]string{}, CrashLooping: map[string]bool{}}
 	for _, r := range rs.GetItems() {
 		pod := r.GetResource()
 		name := stringAt(pod, "metadata", "name")
@@ -576,6 +623,14 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 		}
 		if f, ok := podFence(pod); ok {
 			out.Fence[name] = f
+		}
+		if rev := stringAt(pod, "metadata", "labels", labelRevision); rev != "" {
+			out.Revision[name] = rev
+		}
+		for _, c := range structAt(pod, "status").GetFields()["containerStatuses"].GetListValue().GetValues() {
+			if stringAt(c.GetStructValue(), "state", "waiting", "reason") == "CrashLoopBackOff" {
+				out.CrashLooping[name] = true
+			}
 		}
 		for _, c := range structAt(pod, "status").GetFields()["conditions"].GetListValue().GetValues() {
 			cs := c.GetStructValue()
@@ -694,13 +749,4 @@ func readFailoverRecord(xr *structpb.Struct) *failoverRecord {
 		r.Last = e
 	}
 	return r
-}
-
-// rolling is true while the StatefulSet controller rolls the pods (a minor
-// version, a size change): the primary's pod is then restarted on purpose,
-// and failing over would turn a planned restart of seconds into a lost
-// timeline for every client.
-func rolling(sts *appsv1.StatefulSet) bool {
-	st := sts.Status
-	return st.ObservedGeneration < sts.Generation || st.UpdateRevision != st.CurrentRevision
 }

@@ -122,6 +122,9 @@ const (
 	// annotationFailoverTarget marks a planned switchover's Job and names
 	// the ordinal it promotes.
 	annotationFailoverTarget = "database.example.com/switchover-to"
+	// annotationSwitchoverReason marks a switchover the supervised roll
+	// asked for (roll.go): its record says Update, not Switchover.
+	annotationSwitchoverReason = "database.example.com/switchover-reason"
 )
 
 // Secret keys. The app Secret follows the keys app frameworks expect

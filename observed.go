@@ -108,6 +108,8 @@ var (
 		"spec": {
 			"replicas":            nil,
 			"podManagementPolicy": nil,
+			// The supervised roll's partition (roll.go).
+			"updateStrategy": {"rollingUpdate": {"partition": nil}},
 			"template": {"spec": {
 				"containers": {"name": nil, "image": nil},
 				// plan.SpreadRequired: whether it requires a node each.

@@ -66,6 +66,9 @@ type plan struct {
 	// Drill is what happens about the restore drill (drill.go); nil when
 	// there is no archive or the drill is off.
 	Drill *drillPlan
+	// Roll is what happens about a new pod template (roll.go): the
+	// StatefulSet's partition and the Updated condition.
+	Roll *rollPlan
 }
 
 func makePlan(db *database, o *observed, generate func() string) *plan {
@@ -114,8 +117,10 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 	p.Blocked = append(p.Blocked, b...)
 	p.Archive = planArchive(db, o)
 	p.Drill = planDrill(db, o)
+	p.Roll = readRoll(db, p, o)
 	p.Failover = planFailover(db, p, o)
 	p.Primary = p.Failover.Primary
+	p.Roll.decide(db, p, o)
 	if invalid != nil {
 		p.Failover.Warnings = append([]warning{*invalid}, p.Failover.Warnings...)
 		p.Failover.Condition.Message += "; " + invalid.Message

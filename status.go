@@ -159,6 +159,9 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	if c, ok := scheduledCondition(db, p, o); ok {
 		out = append(out, c)
 	}
+	if p.Roll != nil && p.Roll.Condition.Type != "" {
+		out = append(out, p.Roll.Condition)
+	}
 	if p.Archive != nil {
 		out = append(out, p.Archive.Condition)
 	}

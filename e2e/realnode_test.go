@@ -504,30 +504,21 @@ func TestRealNode(t *testing.T) {
 		s.waitRealReady(t, d)
 	})
 	s.step(t, "MinorRoll", func(t *testing.T) {
+		// Supervised (roll.go): the standby first, a switchover, then the
+		// old primary; spec.primary brings the primary back to ordinal 0
+		// (DeleteRetainRecreate below finds the primary's data there).
 		before := s.mustSQL(t, ns, app, "", checksums)
-		u := d.patch(t, `{"spec":{"version":"15.1"}}`)
-		s.waitSynced(t, d, u.GetGeneration())
-		// One pod at a time: never both instances down at once.
-		var maxDown int
-		eventually(t, realReady, db+" on "+postgresMinor, func() (bool, string) {
-			sts := s.statefulSet(t, ns, db)
-			if down := int(ptrInt(sts.Spec.Replicas)) - int(sts.Status.ReadyReplicas); down > maxDown {
-				maxDown = down
-			}
-			img := ""
-			if c := container(sts, "postgres"); c != nil {
-				img = c.Image
-			}
-			st, n := sts.Status, ptrInt(sts.Spec.Replicas)
-			return img == postgresMinor && st.UpdateRevision == st.CurrentRevision && st.ReadyReplicas == n && st.UpdatedReplicas == n, img + "; " + s.podsState(ns, db)
+		s.supervisedRoll(t, d, ns, db, "", `{"spec":{"version":"15.1","primary":0}}`, postgresMinor)
+		// The switchover back starts once the roll is done.
+		eventually(t, 3*time.Minute, "status.primary "+db+"-0 again (spec.primary)", func() (bool, string) {
+			u := d.get(t)
+			c := getCondition(u, "Failover")
+			return str(u, "status", "primary") == db+"-0" && c.Reason == "PrimaryReady", fmt.Sprintf("primary %s; Failover %s: %s", str(u, "status", "primary"), c.Reason, c.Message)
 		})
-		if maxDown > 1 {
-			t.Errorf("%d instances were down at once during the roll", maxDown)
-		}
+		s.waitRealReady(t, d)
 		if got := s.mustSQL(t, ns, app, "", checksums); got != before {
 			t.Errorf("data changed across the minor roll")
 		}
-		s.waitRealReady(t, d)
 	})
 	s.step(t, "PasswordChange", func(t *testing.T) {
 		old := s.password(t, ns, db)

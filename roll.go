@@ -1,0 +1,272 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// The supervised roll (docs/failover.md, "Updates"). A new pod template (a
+// new function version changing a script, a minor version, a size change)
+// used to roll the instances from the highest ordinal down, whichever was
+// the primary: the primary was restarted in place, writes stopped for its
+// restart, and failover was held off meanwhile. Every Database of a fleet
+// did that at once when the function was upgraded.
+//
+// Now the StatefulSet's rollingUpdate.partition is the function's: at rest
+// it is the number of instances, so a new template rolls nothing by itself,
+// and the function lowers it one decision at a time, from observed state
+// only (the StatefulSet's revisions and each instance pod's
+// controller-revision-hash), so that no instance is ever restarted by the
+// roll while it is the primary:
+//
+//   - a standby above the primary runs the old template: partition
+//     primary+1 (the controller rolls those, highest first, one at a time,
+//     each waiting for the one before to be ready);
+//   - every standby above the primary is updated: a switchover (the
+//     failover Job with a target) to an updated standby, or, with the
+//     primary at the highest ordinal, to the standby below it;
+//   - the primary is updated: partition at the lowest ordinal not updated
+//     (only standbys are left);
+//   - everything updated: the partition back at the number of instances.
+//
+// With one instance, or failover off in the input (no switchover), the
+// standbys still roll first and the primary last, restarted in place.
+const (
+	condUpdated = "Updated"
+
+	reasonUpToDate      = "UpToDate"
+	reasonRolling       = "Rolling"
+	reasonRollSwitching = "SwitchingOver"
+	reasonRollWaits     = "SwitchoverWaits"
+
+	// reasonUpdate is status.failover.last.reason of a switchover the roll
+	// asked for.
+	reasonUpdate = "Update"
+
+	// labelRevision is set by the StatefulSet controller on each pod: the
+	// revision of the template it was created from.
+	labelRevision = appsv1.ControllerRevisionHashLabelKey
+)
+
+// rollPlan is what happens about a new pod template.
+type rollPlan struct {
+	// Pending: the StatefulSet has a template some instance does not run.
+	Pending bool
+	// Known: which instances run the new template was read from their
+	// pods (Updated); otherwise the partition stays where it is.
+	Known   bool
+	Updated map[int]bool
+	// Observed is the partition the observed StatefulSet has (0 when it
+	// has none: a StatefulSet composed before the roll was supervised).
+	Observed     int32
+	HasPartition bool
+	// Exists: the StatefulSet was observed.
+	Exists bool
+	// Partition is the one composed; Condition the Updated condition (its
+	// Type empty before the StatefulSet exists).
+	Partition int32
+	Condition condition
+}
+
+// readRoll reads what the observed StatefulSet and the instance pods say of
+// a roll, for the p.Replicas instances composed.
+func readRoll(db *database, p *plan, o *observed) *rollPlan {
+	r := &rollPlan{Partition: p.Replicas}
+	sts := o.StatefulSet
+	if sts == nil {
+		return r
+	}
+	r.Exists = true
+	r.Observed, r.HasPartition = observedPartition(sts)
+	st := sts.Status
+	// Until the controller has seen the last spec, its revisions are those
+	// of the one before: a template changed by this reconcile's apply is
+	// read on the next.
+	r.Pending = st.UpdateRevision != "" && st.UpdateRevision != st.CurrentRevision
+	if !r.Pending || !o.Instances.Resolved || o.Instances.FromStatus {
+		return r
+	}
+	r.Known = true
+	r.Updated = make(map[int]bool, p.Replicas)
+	for k := range int(p.Replicas) {
+		r.Updated[k] = o.Instances.Revision[podName(db, k)] == st.UpdateRevision
+	}
+	return r
+}
+
+// observedPartition is the StatefulSet's rollingUpdate.partition, 0 and
+// false when unset.
+func observedPartition(sts *appsv1.StatefulSet) (int32, bool) {
+	if u := sts.Spec.UpdateStrategy.RollingUpdate; u != nil && u.Partition != nil {
+		return *u.Partition, true
+	}
+	return 0, false
+}
+
+// restartsPrimary: the roll may restart the primary's pod now (the
+// partition the controller has reaches it and it is not known to run the
+// new template). Failover waits then: failing over would turn a restart of
+// seconds into a lost timeline for every client. Under the supervised roll
+// this is only a primary restarted in place (one instance, failover off) or
+// a partition lowered before a failover moved the primary.
+func (r *rollPlan) restartsPrimary(primary int) bool {
+	return r.Pending && r.Observed <= int32(primary) && !r.Updated[primary]
+}
+
+// holds: a switchover to target waits for the roll (target runs the old
+// template, and would be switched away from again).
+func (r *rollPlan) holds(target int) bool {
+	return r.Pending && !r.Updated[target]
+}
+
+// switchoverTarget is the updated standby the roll switches over to before
+// the primary is updated, if the roll is at that step: every standby above
+// the primary updated, the primary not. preferred is spec.primary (-1
+// unset): taken when it is updated. With the primary at the highest
+// ordinal and no standby above it, the standby just below it: it becomes
+// the primary while the old one is rolled, then the roll switches to that
+// one.
+func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool) {
+	if !r.Known || r.Updated[primary] {
+		return 0, false
+	}
+	for k := primary + 1; k < replicas; k++ {
+		if !r.Updated[k] {
+			return 0, false
+		}
+	}
+	switch {
+	case preferred >= 0 && preferred < replicas && preferred != primary && r.Updated[preferred]:
+		return preferred, true
+	case primary+1 < replicas:
+		return primary + 1, true
+	case primary > 0:
+		return primary - 1, true
+	}
+	return 0, false
+}
+
+// decide sets the partition and the Updated condition, once the failover
+// plan has settled the primary for this reconcile.
+func (r *rollPlan) decide(db *database, p *plan, o *observed) {
+	if r.Exists && !r.Pending {
+		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_TRUE, reasonUpToDate, "every instance runs the current pod template"}
+	}
+	if p.Replicas <= 1 {
+		// One instance: nothing to switch over to; the roll restarts it.
+		r.Partition = 0
+		if r.Pending {
+			r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonRolling, fmt.Sprintf(
+				"one instance: %s restarts on the new pod template, and is unavailable until it is ready", podName(db, 0))}
+		}
+		return
+	}
+	if !r.Pending {
+		return
+	}
+	primary := p.Primary
+	rolling := func(msg string) {
+		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonRolling, msg}
+	}
+	if !r.Known || (p.Failover != nil && p.Failover.Job != nil) {
+		// The pods not read yet (the first call of a reconcile), or a
+		// failover or switchover running: the partition stays (a
+		// StatefulSet composed before the roll was supervised has none:
+		// the roll it began stops until its pods are read).
+		if r.HasPartition {
+			r.Partition = r.Observed
+		}
+		msg := "a new pod template is rolling out, standbys first"
+		if p.Failover != nil && p.Failover.Job != nil {
+			msg += fmt.Sprintf("; it waits for Job %s", p.Failover.Job.Name)
+			if ann := p.Failover.Job.Annotations[annotationSwitchoverReason]; ann == reasonUpdate {
+				r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonRollSwitching, fmt.Sprintf(
+					"every standby above the primary runs the new pod template: Job %s switches the primary over to one before the old primary restarts", p.Failover.Job.Name)}
+				return
+			}
+		}
+		rolling(msg)
+		return
+	}
+	var old, done []string
+	lowest := -1
+	for k := range int(p.Replicas) {
+		if r.Updated[k] {
+			done = append(done, podName(db, k))
+			continue
+		}
+		old = append(old, podName(db, k))
+		if lowest < 0 {
+			lowest = k
+		}
+	}
+	if lowest < 0 {
+		// Every instance runs it; the controller catches its own status up.
+		r.Partition = p.Replicas
+		rolling("every instance runs the new pod template; the StatefulSet records it")
+		return
+	}
+	// The partition goes lower only while every instance is ready (or
+	// crash-looping, which a restart cannot make worse, and which the new
+	// template may mend): the controller replaces the highest ordinal at or
+	// above it whatever that pod's state, and a standby that is still
+	// cloning or rewinding must not be interrupted.
+	waiting := ""
+	for k := range int(p.Replicas) {
+		if pod := podName(db, k); !o.Instances.Ready[pod] && !o.Instances.CrashLooping[pod] {
+			waiting = pod
+			break
+		}
+	}
+	lower := func(to int) int32 {
+		if waiting == "" {
+			return int32(to)
+		}
+		at := p.Replicas
+		if r.HasPartition {
+			at = r.Observed
+		}
+		return max(at, int32(to))
+	}
+	progress := fmt.Sprintf("updated: %s; on the old template: %s", or(strings.Join(done, ", "), "none"), strings.Join(old, ", "))
+	if waiting != "" {
+		progress += fmt.Sprintf("; the next step waits for %s to be ready", waiting)
+	}
+	above := false
+	for k := primary + 1; k < int(p.Replicas); k++ {
+		above = above || !r.Updated[k]
+	}
+	switch {
+	case r.Updated[primary]:
+		r.Partition = lower(lowest)
+		rolling(fmt.Sprintf("the primary %s runs the new pod template; the standbys follow one at a time (%s)", podName(db, primary), progress))
+	case above:
+		r.Partition = lower(primary + 1)
+		rolling(fmt.Sprintf("standbys first, one at a time, the primary %s last and only after a switchover (%s)", podName(db, primary), progress))
+	case !db.Failover:
+		// No switchover without failover: the primary restarts in place,
+		// after every standby above it.
+		r.Partition = lower(lowest)
+		rolling(fmt.Sprintf("failover is off in the function input, so no switchover: the primary %s restarts in place, writes stop until it is ready (%s)", podName(db, primary), progress))
+	default:
+		r.Partition = lower(primary + 1)
+		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonRollWaits, fmt.Sprintf(
+			"the primary %s is switched over to an updated standby before it restarts; the switchover waits for every instance to be ready (%s)", podName(db, primary), progress)}
+	}
+}
+
+// partition is the StatefulSet's rollingUpdate.partition: the plan's, or,
+// without a roll plan (a plan built by hand in a test), the resting one.
+func (r *rollPlan) partition(replicas int32) int32 {
+	if r == nil {
+		if replicas <= 1 {
+			return 0
+		}
+		return replicas
+	}
+	return r.Partition
+}
