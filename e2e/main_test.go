@@ -27,7 +27,8 @@ type suite struct {
 	xp   *crossplane
 	reg  *ociRegistry // the packages' registry
 	k    *kube
-	node *node // the real node, started by the first real-node test
+	node *node  // the real node, started by the first real-node test
+	bin  string // the tools' folder (crossplane, crane, ...)
 
 	mu        sync.Mutex
 	durations []string
@@ -99,6 +100,7 @@ func (s *suite) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.bin = bin
 
 	// While the cluster starts: build the function from the repository root
 	// (it runs here as a process) and both packages, as they ship.

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +12,16 @@ import (
 	"github.com/example/function-database/internal/checker"
 )
 
-// rollWatch is what a supervised roll did, as seen from outside by polling:
-// each instance's pod replacements, the primary status named at each, and
-// the most instances down at once.
+// rollWatch is what a supervised roll did to one Database, as seen from
+// outside by polling: each instance's pod replacements, the primary status
+// named at each, and the most instances down at once.
 type rollWatch struct {
+	d        database
+	ns, db   string
+	from     string // status.primary before the roll
+	revision string // the StatefulSet's updateRevision before it
+	count    string // status.failover.count before it
+	replicas int
 	uids     map[string]types.UID
 	replaced map[string]int
 	// asPrimary lists pods replaced while status.primary named them (the
@@ -24,102 +29,128 @@ type rollWatch struct {
 	asPrimary []string
 	maxDown   int
 	primaries []string // status.primary, each change in order
+	promoted  time.Time
+	done      bool
 }
 
-// supervisedRoll changes the Database's pod template (a minor version:
-// version and patch) while the writer writes, and checks what the
-// supervised roll promises (roll.go): every instance replaced once, never
-// while it is the primary (a switchover first, reason Update), one instance
-// down at most, and, by the checker, no acknowledged write lost and none
-// acknowledged by a deposed primary; the write gap is measured. Without a
-// writer (writerName empty), the checker is not run.
-func (s *suite) supervisedRoll(t *testing.T, d database, ns, db, writerName, patch, image string) {
+// watchRoll starts watching db before its pod template changes.
+func (s *suite) watchRoll(t *testing.T, d database, ns, db string) *rollWatch {
 	t.Helper()
 	u := d.get(t)
-	from := str(u, "status", "primary")
-	count := str(u, "status", "failover", "count")
-	w := &rollWatch{uids: map[string]types.UID{}, replaced: map[string]int{}, primaries: []string{from}}
-	replicas := 0
+	w := &rollWatch{
+		d: d, ns: ns, db: db,
+		from: str(u, "status", "primary"), count: str(u, "status", "failover", "count"),
+		revision: s.statefulSet(t, ns, db).Status.UpdateRevision,
+		uids:     map[string]types.UID{}, replaced: map[string]int{},
+	}
+	w.primaries = []string{w.from}
 	pods, err := s.instancePods(ns, db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods {
 		w.uids[p.Name] = p.UID
-		replicas++
 	}
-	start := time.Now()
-	var promoted time.Time
-	u = d.patch(t, patch)
-	s.waitSynced(t, d, u.GetGeneration())
-	eventually(t, 10*time.Minute, fmt.Sprintf("every instance of %s on %s, Updated=True", db, image), func() (bool, string) {
-		x := d.get(t)
-		primary := str(x, "status", "primary")
-		if primary != w.primaries[len(w.primaries)-1] {
-			w.primaries = append(w.primaries, primary)
-			if promoted.IsZero() {
-				promoted = time.Now()
-			}
+	w.replicas = len(pods)
+	return w
+}
+
+// poll looks once; true once the roll is over: a new revision on every
+// instance, every instance ready, condition Updated True.
+func (w *rollWatch) poll(t *testing.T, s *suite) (bool, string) {
+	x := w.d.get(t)
+	primary := str(x, "status", "primary")
+	if primary != w.primaries[len(w.primaries)-1] {
+		w.primaries = append(w.primaries, primary)
+		if w.promoted.IsZero() {
+			w.promoted = time.Now()
 		}
-		pods, err := s.instancePods(ns, db)
-		if err != nil {
-			return false, err.Error()
-		}
-		ready := 0
-		for _, p := range pods {
-			if old, ok := w.uids[p.Name]; ok && old != p.UID {
-				w.replaced[p.Name]++
-				if p.Name == primary {
-					w.asPrimary = append(w.asPrimary, p.Name)
-				}
-			}
-			w.uids[p.Name] = p.UID
-			if podReady(p) {
-				ready++
-			}
-		}
-		w.maxDown = max(w.maxDown, replicas-ready)
-		sts := s.statefulSet(t, ns, db)
-		img := ""
-		if c := container(sts, "postgres"); c != nil {
-			img = c.Image
-		}
-		st, n := sts.Status, ptrInt(sts.Spec.Replicas)
-		c := getCondition(x, "Updated")
-		done := img == image && st.UpdateRevision == st.CurrentRevision && st.ReadyReplicas == n && st.UpdatedReplicas == n && c.Status == "True"
-		return done, fmt.Sprintf("Updated %s %s: %s; primary %s; %s", c.Status, c.Reason, c.Message, primary, s.podsState(ns, db))
-	})
-	u = s.waitRealReady(t, d)
-	to := str(u, "status", "primary")
-	t.Logf("roll of %s to %s: %s; primaries %v; pods replaced %v; at most %d down at once",
-		db, image, time.Since(start).Round(time.Second), w.primaries, w.replaced, w.maxDown)
+	}
+	pods, err := s.instancePods(w.ns, w.db)
+	if err != nil {
+		return false, err.Error()
+	}
+	ready := 0
 	for _, p := range pods {
-		if w.replaced[p.Name] != 1 {
-			t.Errorf("%s replaced %d times by the roll, want once", p.Name, w.replaced[p.Name])
+		if old, ok := w.uids[p.Name]; ok && old != p.UID {
+			w.replaced[p.Name]++
+			if p.Name == primary && w.replicas > 1 {
+				w.asPrimary = append(w.asPrimary, p.Name)
+			}
+		}
+		w.uids[p.Name] = p.UID
+		if podReady(p) {
+			ready++
+		}
+	}
+	w.maxDown = max(w.maxDown, w.replicas-ready)
+	sts := s.statefulSet(t, w.ns, w.db)
+	st, n := sts.Status, ptrInt(sts.Spec.Replicas)
+	c := getCondition(x, "Updated")
+	w.done = sts.Generation == st.ObservedGeneration && st.UpdateRevision != w.revision && st.UpdateRevision == st.CurrentRevision &&
+		st.ReadyReplicas == n && st.UpdatedReplicas == n && c.Status == "True"
+	return w.done, fmt.Sprintf("%s: Updated %s %s: %s; primary %s; %s", w.db, c.Status, c.Reason, c.Message, primary, s.podsState(w.ns, w.db))
+}
+
+// verify checks what the supervised roll promises: every instance replaced
+// once, never while it was the primary (several instances), one down at
+// most, and the primary moved by a switchover.
+func (w *rollWatch) verify(t *testing.T, took time.Duration) {
+	t.Helper()
+	t.Logf("roll of %s: %s; primaries %v; pods replaced %v; at most %d down at once; status.failover.count %q → %q",
+		w.db, took.Round(time.Second), w.primaries, w.replaced, w.maxDown, w.count, str(w.d.get(t), "status", "failover", "count"))
+	for name := range w.uids {
+		if w.replaced[name] != 1 {
+			t.Errorf("%s replaced %d times by the roll, want once", name, w.replaced[name])
 		}
 	}
 	if len(w.asPrimary) > 0 {
 		t.Errorf("replaced while status.primary named them: %v", w.asPrimary)
 	}
 	if w.maxDown > 1 {
-		t.Errorf("%d instances down at once during the roll", w.maxDown)
+		t.Errorf("%s: %d instances down at once during the roll", w.db, w.maxDown)
 	}
-	if len(w.primaries) < 2 {
-		t.Fatalf("the primary never moved (%v): the roll restarted it in place", w.primaries)
+	if w.replicas > 1 && len(w.primaries) < 2 {
+		t.Errorf("%s: the primary never moved (%v): the roll restarted it in place", w.db, w.primaries)
 	}
-	if r := str(u, "status", "failover", "last", "reason"); r != "Update" && !strings.Contains(patch, `"primary"`) {
-		t.Errorf("status.failover.last.reason %q, want Update", r)
+}
+
+// checkRollWrites runs the checker over the writer's log across the roll:
+// no acknowledged write lost, none acknowledged by a deposed primary; it
+// logs the longest gap between two acknowledged writes.
+func (s *suite) checkRollWrites(t *testing.T, w *rollWatch, writerName string, start time.Time) {
+	t.Helper()
+	u := w.d.get(t)
+	if r := str(u, "status", "failover", "last", "reason"); r != "Update" {
+		t.Errorf("%s: status.failover.last.reason %q, want Update", w.db, r)
 	}
-	t.Logf("status.failover.count %s → %s", count, str(u, "status", "failover", "count"))
-	if to == from || writerName == "" {
-		// No writer to check, or spec.primary brought the primary back (the
-		// last switchover is not the roll's).
-		return
-	}
-	durability := checker.Durability(str(u, "spec", "durability"))
-	r := s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
-		scenario: "SupervisedRoll", durability: durability, noLoss: true,
-		from: from, to: to, fault: start, promoted: promoted,
+	r := s.checkAfterFailover(t, w.d, w.ns, w.db, writerName, failoverCheck{
+		scenario: "SupervisedRoll", durability: checker.Durability(str(u, "spec", "durability")), noLoss: true,
+		from: w.from, to: str(u, "status", "primary"), fault: start, promoted: w.promoted,
 	})
-	t.Logf("the longest gap between two acknowledged writes during the roll: %s", duration(r.RTO.Outage))
+	t.Logf("%s: the longest gap between two acknowledged writes during the roll: %s", w.db, duration(r.RTO.Outage))
+}
+
+// supervisedRoll changes the Database's pod template with patch (a minor
+// version: image is the one it must end on) and checks the roll
+// (rollWatch.verify); with a writer (writerName not empty) the checker too.
+func (s *suite) supervisedRoll(t *testing.T, d database, ns, db, writerName, patch, image string) {
+	t.Helper()
+	w := s.watchRoll(t, d, ns, db)
+	start := time.Now()
+	u := d.patch(t, patch)
+	s.waitSynced(t, d, u.GetGeneration())
+	eventually(t, 10*time.Minute, fmt.Sprintf("every instance of %s on %s, Updated=True", db, image), func() (bool, string) {
+		done, state := w.poll(t, s)
+		sts := s.statefulSet(t, ns, db)
+		if c := container(sts, "postgres"); c == nil || c.Image != image {
+			return false, "not on " + image + " yet; " + state
+		}
+		return done, state
+	})
+	s.waitRealReady(t, d)
+	w.verify(t, time.Since(start))
+	if writerName != "" {
+		s.checkRollWrites(t, w, writerName, start)
+	}
 }

@@ -1,0 +1,166 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// pkgNext is the function version TestFleetUpgrade upgrades to.
+const pkgNext = "v0.2.0"
+
+// TestFleetUpgrade upgrades the function of a fleet through the package
+// manager, as a platform team does: version B (pkgNext, built from this
+// repository with one script the instances run changed, as most releases
+// change one) is pushed to the registry, and the installed Function's
+// package set to it. Every Database then rolls on its own, at once: a
+// large one with durability sync and a client writing, a medium async one,
+// and a small one (one instance). Each must update one instance at a time,
+// standbys first, the primary only after a switchover (not the small one:
+// it has none), and the checker must find no acknowledged write lost.
+// Then the Function goes back to A (a rollback), which rolls them again the
+// same way.
+//
+// It runs last (its file sorts last): every later reconcile is B's.
+func TestFleetUpgrade(t *testing.T) {
+	s := env
+	s.realNode(t)
+	const ns, writerName = "fleet-real", "writer"
+	ledger := s.writtenDatabase(t, ns, "ledger", writerName)
+	dbs := []database{ledger}
+	for _, x := range []struct{ name, size string }{{"notes", "medium"}, {"cache", "small"}} {
+		d := s.create(t, realDatabase(t, ns, x.name, x.size, nil))
+		dbs = append(dbs, d)
+	}
+	for _, d := range dbs {
+		s.waitRealReady(t, d)
+	}
+
+	ctx := context.Background()
+	t0 := time.Now()
+	if err := s.pushNextFunction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("function %s built with a changed lib.sh and pushed in %s", pkgNext, time.Since(t0).Round(time.Second))
+
+	s.step(t, "Upgrade", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgNext) })
+	// Back to A: a rollback is one more pod template, rolled the same way.
+	s.step(t, "Rollback", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgVersion) })
+}
+
+// rollFleet sets the installed Function's package to version, waits for its
+// revision to run, then for every Database to roll, and checks each roll
+// (rollWatch.verify) and the writer's writes to the first.
+func (s *suite) rollFleet(t *testing.T, ns, writerName string, dbs []database, version string) {
+	ctx := context.Background()
+	watches := make([]*rollWatch, len(dbs))
+	for i, d := range dbs {
+		watches[i] = s.watchRoll(t, d, ns, d.name)
+	}
+	start := time.Now()
+	if _, err := s.k.mergePatch(ctx, gvkFunction, "", s.xp.fnName, fmt.Sprintf(`{"spec":{"package":%q}}`, fnPackage+":"+version)); err != nil {
+		t.Fatalf("Function %s to %s: %v", s.xp.fnName, version, err)
+	}
+	eventually(t, 5*time.Minute, "the Function's active revision runs "+version, func() (bool, string) {
+		rev, err := s.xp.revision(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		img, _, _ := unstructured.NestedString(rev.Object, "spec", "image")
+		pod, state := s.functionPod(ctx)
+		return strings.HasSuffix(img, ":"+version) && getCondition(rev, "RuntimeHealthy").Status == "True" && pod != nil && strings.HasSuffix(pod.Spec.Containers[0].Image, ":"+version),
+			fmt.Sprintf("revision %s image %s: %s; %s", rev.GetName(), img, conditionsString(rev), state)
+	})
+	t.Logf("%s active and healthy after %s", version, time.Since(start).Round(time.Second))
+	eventually(t, 15*time.Minute, "every Database rolled", func() (bool, string) {
+		all, states := true, []string{}
+		for _, w := range watches {
+			if w.done {
+				continue
+			}
+			done, state := w.poll(t, s)
+			all = all && done
+			states = append(states, state)
+		}
+		return all, strings.Join(states, " | ")
+	})
+	for _, w := range watches {
+		w.verify(t, time.Since(start))
+	}
+	s.checkRollWrites(t, watches[0], writerName, start)
+	for _, d := range dbs {
+		s.waitRealReady(t, d)
+	}
+}
+
+// pushNextFunction builds the function package pkgNext from a copy of the
+// repository whose lib.sh (a script every instance runs) has one more
+// comment line, and pushes it to the registry where the ImageConfig sends
+// the function's package name.
+func (s *suite) pushNextFunction(ctx context.Context) error {
+	src := filepath.Join(s.dir, "src-"+pkgNext)
+	if err := copyTree(s.root, src); err != nil {
+		return err
+	}
+	lib := filepath.Join(src, "scripts", "lib.sh")
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(lib, append(b, []byte("# "+pkgNext+": a release that changes a script the instances run.\n")...), 0o644); err != nil {
+		return err
+	}
+	logDir, out := filepath.Join(s.dir, "logs"), filepath.Join(s.dir, "packages-"+pkgNext)
+	logPath := filepath.Join(logDir, "package-"+pkgNext+".log")
+	env := []string{
+		"CROSSPLANE_BIN=" + filepath.Join(s.bin, "crossplane"),
+		"CRANE_BIN=" + filepath.Join(s.bin, "crane"),
+		"OUTPUT_DIR=" + out,
+		"FUNCTION_PACKAGE=" + fnPackage,
+		"PLATFORMS=linux/" + runtime.GOARCH, // the real node's
+		"SSL_CERT_FILE=" + s.reg.caFile,
+	}
+	if err := run(ctx, logPath, src, env, filepath.Join(src, "hack", "package.sh")); err != nil {
+		return fmt.Errorf("hack/package.sh for %s: %w\n%s", pkgNext, err, tailFile(logPath, 30))
+	}
+	if err := run(ctx, logPath, src, env, filepath.Join(src, "hack", "push.sh"), s.reg.mirror(fnPackage)+":"+pkgNext); err != nil {
+		return fmt.Errorf("hack/push.sh for %s: %w\n%s", pkgNext, err, tailFile(logPath, 30))
+	}
+	return nil
+}
+
+// copyTree copies the files git tracks under from into to.
+func copyTree(from, to string) error {
+	out, err := exec.Command("git", "-C", from, "ls-files", "-z").Output()
+	if err != nil {
+		return fmt.Errorf("git ls-files in %s: %w", from, err)
+	}
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		info, err := os.Lstat(filepath.Join(from, rel))
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the work tree, or a link
+		}
+		b, err := os.ReadFile(filepath.Join(from, rel))
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, info.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
