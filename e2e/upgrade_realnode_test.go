@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// pkgNext is the function version TestFleetUpgrade upgrades to.
+// pkgNext is the function version TestOperate upgrades to.
 const pkgNext = "v0.2.0"
 
-// TestFleetUpgrade upgrades the function of a fleet through the package
+// TestOperate upgrades the function of a fleet through the package
 // manager, as a platform team does: version B (pkgNext, built from this
 // repository with one script the instances run changed, as most releases
 // change one) is pushed to the registry, and the installed Function's
@@ -32,7 +32,7 @@ const pkgNext = "v0.2.0"
 // same way.
 //
 // It runs last (its file sorts last): every later reconcile is B's.
-func TestFleetUpgrade(t *testing.T) {
+func TestOperate(t *testing.T) {
 	s := env
 	s.realNode(t)
 	const ns, writerName = "fleet-real", "writer"
@@ -53,7 +53,7 @@ func TestFleetUpgrade(t *testing.T) {
 	}
 	t.Logf("function %s built with a changed lib.sh and pushed in %s", pkgNext, time.Since(t0).Round(time.Second))
 
-	s.step(t, "Upgrade", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgNext) })
+	s.step(t, "UpgradeFleet", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgNext) })
 	// Back to A: a rollback is one more pod template, rolled the same way.
 	s.step(t, "Rollback", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgVersion) })
 }
