@@ -41,7 +41,15 @@ type config struct {
 	// ObjectStorage is the input's objectStorage resolved; nil archives
 	// nothing (archive.go).
 	ObjectStorage *objectStorage
+	// DeferUpdates is the input's updates.policy Deferred (roll.go).
+	DeferUpdates bool
 }
+
+// The values of the input's updates.policy.
+const (
+	updatesSupervised = "Supervised"
+	updatesDeferred   = "Deferred"
+)
 
 // The values of the input's spread.nodes.
 const (
@@ -133,6 +141,14 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 			cfg.SpreadNodes = sp.Nodes
 		default:
 			errs = append(errs, field.NotSupported(p.Child("spread", "nodes"), sp.Nodes, []string{spreadRequired, spreadPreferred}))
+		}
+	}
+	if u := in.Updates; u != nil {
+		switch u.Policy {
+		case "", updatesSupervised, updatesDeferred:
+			cfg.DeferUpdates = u.Policy == updatesDeferred
+		default:
+			errs = append(errs, field.NotSupported(p.Child("updates", "policy"), u.Policy, []string{updatesSupervised, updatesDeferred}))
 		}
 	}
 	if in.ObjectStorage != nil {

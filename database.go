@@ -155,6 +155,8 @@ type database struct {
 	FailoverGrace int32
 	// SpreadNodes is the input's spread.nodes ("" unset; plan.go).
 	SpreadNodes string
+	// DeferUpdates is the input's updates.policy Deferred (roll.go).
+	DeferUpdates bool
 	// ObjectStorage is where the WAL is archived (archive.go); nil when
 	// the input names no bucket.
 	ObjectStorage *objectStorage
@@ -221,6 +223,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		Failover:          cfg.Failover,
 		FailoverGrace:     cfg.FailoverGrace,
 		SpreadNodes:       cfg.SpreadNodes,
+		DeferUpdates:      cfg.DeferUpdates,
 		ObjectStorage:     cfg.ObjectStorage,
 	}
 

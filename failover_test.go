@@ -246,6 +246,7 @@ func TestFailoverNotStarted(t *testing.T) {
 			if tc.rollin {
 				sts := req.Observed.Resources[string(rnStatefulSet)].GetResource()
 				structAt(sts, "status").Fields["updateRevision"] = structpb.NewStringValue("analytics-new")
+				structAt(sts, "status").Fields["updatedReplicas"] = structpb.NewNumberValue(0)
 				delete(structAt(sts, "spec").Fields, "updateStrategy")
 			}
 			name := stringAt(req.Observed.Composite.Resource, "metadata", "name")

@@ -109,7 +109,7 @@ var (
 			"replicas":            nil,
 			"podManagementPolicy": nil,
 			// The supervised roll's partition (roll.go).
-			"updateStrategy": {"rollingUpdate": {"partition": nil}},
+			"updateStrategy": {"type": nil, "rollingUpdate": {"partition": nil}},
 			"template": {"spec": {
 				"containers": {"name": nil, "image": nil},
 				// plan.SpreadRequired: whether it requires a node each.

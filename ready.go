@@ -93,6 +93,12 @@ func statefulSetReady(sts *appsv1.StatefulSet, want int32) bool {
 		return false
 	}
 	s := sts.Status
+	if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		// Updates deferred (roll.go): instances on an older template serve
+		// until their next restart, and the controller never moves
+		// currentRevision under OnDelete.
+		return s.ObservedGeneration >= sts.Generation && s.Replicas == want && s.ReadyReplicas == want
+	}
 	return s.ObservedGeneration >= sts.Generation &&
 		s.Replicas == want &&
 		s.ReadyReplicas == want &&

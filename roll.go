@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/utils/ptr"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
@@ -42,6 +43,7 @@ const (
 	reasonRolling       = "Rolling"
 	reasonRollSwitching = "SwitchingOver"
 	reasonRollWaits     = "SwitchoverWaits"
+	reasonDeferred      = "Deferred"
 
 	// reasonUpdate is status.failover.last.reason of a switchover the roll
 	// asked for.
@@ -64,8 +66,16 @@ type rollPlan struct {
 	// has none: a StatefulSet composed before the roll was supervised).
 	Observed     int32
 	HasPartition bool
-	// Exists: the StatefulSet was observed.
-	Exists bool
+	// Exists: the StatefulSet was observed; OnDelete: with updates deferred
+	// (its strategy OnDelete: the controller restarts nothing itself).
+	Exists   bool
+	OnDelete bool
+	// Deferred: the input's updates.policy is Deferred; the StatefulSet is
+	// composed OnDelete and nothing is restarted for a new template.
+	Deferred bool
+	// UpdatedCount is how many instances run the new template, by the
+	// StatefulSet's status.
+	UpdatedCount int32
 	// Partition is the one composed; Condition the Updated condition (its
 	// Type empty before the StatefulSet exists).
 	Partition int32
@@ -75,18 +85,21 @@ type rollPlan struct {
 // readRoll reads what the observed StatefulSet and the instance pods say of
 // a roll, for the p.Replicas instances composed.
 func readRoll(db *database, p *plan, o *observed) *rollPlan {
-	r := &rollPlan{Partition: p.Replicas}
+	r := &rollPlan{Partition: p.Replicas, Deferred: db.DeferUpdates}
 	sts := o.StatefulSet
 	if sts == nil {
 		return r
 	}
 	r.Exists = true
+	r.OnDelete = sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
 	r.Observed, r.HasPartition = observedPartition(sts)
 	st := sts.Status
 	// Until the controller has seen the last spec, its revisions are those
 	// of the one before: a template changed by this reconcile's apply is
-	// read on the next.
-	r.Pending = st.UpdateRevision != "" && st.UpdateRevision != st.CurrentRevision
+	// read on the next. Under OnDelete the controller never moves
+	// currentRevision: every instance updated is the end there.
+	r.Pending = st.UpdateRevision != "" && st.UpdateRevision != st.CurrentRevision && st.UpdatedReplicas < st.Replicas
+	r.UpdatedCount = st.UpdatedReplicas
 	if !r.Pending || !o.Instances.Resolved || o.Instances.FromStatus {
 		return r
 	}
@@ -114,7 +127,7 @@ func observedPartition(sts *appsv1.StatefulSet) (int32, bool) {
 // this is only a primary restarted in place (one instance, failover off) or
 // a partition lowered before a failover moved the primary.
 func (r *rollPlan) restartsPrimary(primary int) bool {
-	return r.Pending && r.Observed <= int32(primary) && !r.Updated[primary]
+	return r.Pending && !r.OnDelete && r.Observed <= int32(primary) && !r.Updated[primary]
 }
 
 // holds: a switchover to target waits for the roll (target runs the old
@@ -131,7 +144,7 @@ func (r *rollPlan) holds(target int) bool {
 // the primary while the old one is rolled, then the roll switches to that
 // one.
 func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool) {
-	if !r.Known || r.Updated[primary] {
+	if !r.Known || r.Deferred || r.Updated[primary] {
 		return 0, false
 	}
 	for k := primary + 1; k < replicas; k++ {
@@ -155,6 +168,14 @@ func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool
 func (r *rollPlan) decide(db *database, p *plan, o *observed) {
 	if r.Exists && !r.Pending {
 		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_TRUE, reasonUpToDate, "every instance runs the current pod template"}
+	}
+	if r.Deferred && r.Pending {
+		msg := "a new pod template waits (updates.policy Deferred in the function input): each instance takes it when its pod is next created for another reason; nothing is restarted for it"
+		// From the StatefulSet's status: reading the pods for their names
+		// would cost a second call on every reconcile of the wait.
+		msg += fmt.Sprintf("; %d of %d instances run it", r.UpdatedCount, p.Replicas)
+		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonDeferred, msg + ". Set updates.policy Supervised to roll them now"}
+		return
 	}
 	if p.Replicas <= 1 {
 		// One instance: nothing to switch over to; the roll restarts it.
@@ -259,14 +280,22 @@ func (r *rollPlan) decide(db *database, p *plan, o *observed) {
 	}
 }
 
-// partition is the StatefulSet's rollingUpdate.partition: the plan's, or,
-// without a roll plan (a plan built by hand in a test), the resting one.
-func (r *rollPlan) partition(replicas int32) int32 {
-	if r == nil {
-		if replicas <= 1 {
-			return 0
-		}
-		return replicas
+// strategy is the StatefulSet's update strategy: OnDelete when updates are
+// deferred, else RollingUpdate with the plan's partition (without a roll
+// plan, a plan built by hand in a test, the resting one).
+func (r *rollPlan) strategy(replicas int32) appsv1.StatefulSetUpdateStrategy {
+	if r != nil && r.Deferred {
+		return appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
 	}
-	return r.Partition
+	partition := replicas
+	switch {
+	case r != nil:
+		partition = r.Partition
+	case replicas <= 1:
+		partition = 0
+	}
+	return appsv1.StatefulSetUpdateStrategy{
+		Type:          appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(partition)},
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,5 +337,65 @@ func TestRollHolds(t *testing.T) {
 			}
 			t.Logf("Updated: %s", conditionOf(rsp, condUpdated).GetMessage())
 		})
+	}
+}
+
+// TestRollDeferred: with updates.policy Deferred a new pod template
+// restarts nothing (the StatefulSet is OnDelete), the Database stays Ready,
+// condition Updated names the instances still on the old template, and no
+// switchover starts; back to Supervised, the roll goes on from where the
+// natural restarts left it.
+func TestRollDeferred(t *testing.T) {
+	req := largeSteady(t)
+	policy := func(p string) {
+		req.Input.Fields["updates"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"policy": structpb.NewStringValue(p)}})
+	}
+	policy("Deferred")
+	s := &rollSim{t: t, req: req, name: "analytics", timeline: 1, handled: map[string]bool{}}
+	old := templateRevision(t, "analytics", decodeInto[appsv1.StatefulSet](t, req.Observed.Resources[string(rnStatefulSet)].GetResource()))
+	setSpecField(req, "version", structpb.NewStringValue("16.6"))
+	rsp := runTest(t, req)
+	feedBack(t, req, rsp, true)
+	sts := decodeInto[appsv1.StatefulSet](t, req.Observed.Resources[string(rnStatefulSet)].GetResource())
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType || sts.Spec.UpdateStrategy.RollingUpdate != nil {
+		t.Fatalf("update strategy %+v, want OnDelete", sts.Spec.UpdateStrategy)
+	}
+	next := templateRevision(t, "analytics", sts)
+	// analytics-2's pod was deleted (a drain): it came back on the new
+	// template; the others run the old one.
+	s.rev, s.ready = []string{old, old, next}, []bool{true, true, true}
+	s.observe(next)
+	rsp = runTestIn(t, req, append(exampleCluster(t), s.pods()...))
+	c := conditionOf(rsp, condUpdated)
+	if c.GetReason() != reasonDeferred || !strings.Contains(c.GetMessage(), "1 of 3 instances run it") {
+		t.Errorf("Updated %s: %s; want %s, 1 of 3 instances updated", c.GetReason(), c.GetMessage(), reasonDeferred)
+	}
+	if rq := rsp.GetRequirements().GetResources(); len(rq) != 0 {
+		t.Errorf("while deferred, a reconcile asks for %v: one call is enough", slices.Collect(maps.Keys(rq)))
+	}
+	if got := failoverStateOf(t, rsp); got.Job {
+		t.Errorf("a switchover Job while updates are deferred")
+	}
+	if r := rsp.GetDesired().GetResources()[string(rnStatefulSet)].GetReady(); r != fnv1.Ready_READY_TRUE {
+		t.Errorf("the StatefulSet's readiness %s while deferred, want READY_TRUE (every instance serves)", r)
+	}
+	if st := desiredSTS(t, rsp).Spec.UpdateStrategy; st.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("update strategy %+v, want OnDelete", st)
+	}
+
+	// Supervised again (a maintenance window opens): RollingUpdate at rest
+	// first, then, the pods read, the partition above the primary.
+	policy("Supervised")
+	feedBack(t, req, rsp, true)
+	s.observe(next)
+	rsp = runTestIn(t, req, append(exampleCluster(t), s.pods()...))
+	if st := desiredSTS(t, rsp).Spec.UpdateStrategy; st.Type != appsv1.RollingUpdateStatefulSetStrategyType || *st.RollingUpdate.Partition != 3 {
+		t.Fatalf("back to Supervised: %+v, want RollingUpdate at partition 3", st)
+	}
+	feedBack(t, req, rsp, true)
+	s.observe(next)
+	rsp = runTestIn(t, req, append(exampleCluster(t), s.pods()...))
+	if p := *desiredSTS(t, rsp).Spec.UpdateStrategy.RollingUpdate.Partition; p != 1 {
+		t.Errorf("partition %d, want 1 (analytics-1 next, the primary analytics-0 after a switchover)", p)
 	}
 }

@@ -54,10 +54,7 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 			PodManagementPolicy: p.PodManagement,
 			// The function rolls a new template itself, one decision per
 			// reconcile (roll.go): the partition is its lever.
-			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{
-				Type:          appsv1.RollingUpdateStatefulSetStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(p.Roll.partition(p.Replicas))},
-			},
+			UpdateStrategy: p.Roll.strategy(p.Replicas),
 			// Scaling in never deletes a standby's volume: scaling back out
 			// reuses it. Deleting the Database follows deletionPolicy.
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{

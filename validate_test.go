@@ -85,6 +85,7 @@ func TestBadInput(t *testing.T) {
 		"InputUnknownField": {reason: "a typo in the input", xr: validXR, input: input("imag: postgres\n"), want: []string{"input", `unknown field "imag"`}},
 		"InputWrongKind":    {reason: "input of another function", xr: validXR, input: "apiVersion: template.fn.crossplane.io/v1beta1\nkind: Input\n", want: []string{"input.apiVersion", "database.fn.example.com/v1beta1"}},
 		"InputBadTier":      {reason: "an unknown tier in the input", xr: validXR, input: input("tiers: {xlarge: {replicas: 5}}\n"), want: []string{"input.tiers[xlarge]", "Unsupported value"}},
+		"InputBadUpdates":   {reason: "an unknown update policy", xr: validXR, input: input("updates: {policy: Never}\n"), want: []string{"input.updates.policy", "Supervised", "Deferred"}},
 		"InputBadReplicas":  {reason: "zero replicas", xr: validXR, input: input("tiers: {small: {replicas: 0}}\n"), want: []string{"input.tiers[small].replicas", "between 1 and 9"}},
 		"InputBadMemory":    {reason: "a memory that does not parse", xr: validXR, input: input("tiers: {medium: {memory: 1GB RAM}}\n"), want: []string{"input.tiers[medium].memory", "quantity"}},
 		"InputBadSetting":   {reason: "a setting that would inject configuration", xr: validXR, input: input("tiers: {medium: {settings: {work_mem: \"4MB'\\nlisten_addresses = '*\"}}}\n"), want: []string{"input.tiers[medium].settings[work_mem]", "single-line"}},

@@ -134,6 +134,7 @@ func (s *suite) writtenDatabase(t *testing.T, ns, db, writerName string) databas
 	t.Helper()
 	s.realNamespace(t, ns)
 	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
+	t.Cleanup(func() { s.removeDatabases(t, d) })
 	s.waitRealReady(t, d)
 	if got := str(d.get(t), "status", "primary"); got != db+"-0" {
 		t.Fatalf("status.primary = %q, want %s-0", got, db)

@@ -357,6 +357,11 @@ func TestRealNode(t *testing.T) {
 	const ns, db, app = "shop-real", "orders", "app"
 	s.realNamespace(t, ns)
 	var d database
+	t.Cleanup(func() {
+		if d.name != "" {
+			s.removeDatabases(t, d)
+		}
+	})
 	ok := s.step(t, "Medium", func(t *testing.T) {
 		d = s.create(t, realDatabase(t, ns, db, "medium", map[string]any{"backup.enabled": true, "backup.schedule": "*/1 * * * *"}))
 		u := s.waitRealReady(t, d)
@@ -624,6 +629,31 @@ func (s *suite) restartClient(t *testing.T, ns, pod, db string) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	s.clientPod(t, ns, pod, db)
+}
+
+// removeDatabases deletes the Databases and waits until their instance pods
+// are gone: the one real node has CPU for a few instances at a time, and
+// the tests after must find it free. Their volumes stay (deletionPolicy).
+func (s *suite) removeDatabases(t testing.TB, ds ...database) {
+	t.Helper()
+	t0 := time.Now()
+	for _, d := range ds {
+		if err := s.k.delete(context.Background(), d.gvk, d.ns, d.name); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete %s: %v", d, err)
+		}
+	}
+	ok := poll(5*time.Minute, func() (bool, string) {
+		for _, d := range ds {
+			if pods, err := s.instancePods(d.ns, d.name); err != nil || len(pods) > 0 {
+				return false, ""
+			}
+		}
+		return true, ""
+	})
+	if !ok {
+		t.Errorf("instance pods of %v still there after 5m", ds)
+	}
+	t.Logf("%d Databases removed from the real node in %s", len(ds), time.Since(t0).Round(time.Second))
 }
 
 // instancePods lists the Database's instance pods (the StatefulSet's; the

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -56,6 +57,75 @@ func TestOperate(t *testing.T) {
 	s.step(t, "UpgradeFleet", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgNext) })
 	// Back to A: a rollback is one more pod template, rolled the same way.
 	s.step(t, "Rollback", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgVersion) })
+	// The fleet leaves the node to the next scenario.
+	s.removeDatabases(t, dbs...)
+	s.step(t, "DeferredUpdates", func(t *testing.T) { s.deferredUpdates(t, ns) })
+}
+
+// deferredUpdates: with the input's updates.policy Deferred a new pod
+// template (a minor version) restarts nothing and the Database stays
+// Ready; a pod deleted (as a drain would) comes back on it; with the policy
+// Supervised again (a maintenance window opens) the rest rolls, the primary
+// after a switchover.
+func (s *suite) deferredUpdates(t *testing.T, ns string) {
+	ctx := context.Background()
+	const comp, db = "database-real-deferred", "later"
+	deferred := func(in map[string]any) { in["updates"] = map[string]any{"policy": "Deferred"} }
+	if err := s.applyComposition(ctx, comp, deferred); err != nil {
+		t.Fatal(err)
+	}
+	u := realDatabase(t, ns, db, "medium", nil)
+	if err := unstructured.SetNestedField(u.Object, comp, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.create(t, u)
+	t.Cleanup(func() { s.removeDatabases(t, d) })
+	s.waitRealReady(t, d)
+	w := s.watchRoll(t, d, ns, db)
+	u = d.patch(t, `{"spec":{"version":"15.1"}}`)
+	s.waitSynced(t, d, u.GetGeneration())
+	eventually(t, 2*time.Minute, "Updated=False/Deferred", func() (bool, string) {
+		c := getCondition(d.get(t), "Updated")
+		return c.Reason == "Deferred", c.Reason + ": " + c.Message
+	})
+	if _, state := w.poll(t, s); len(w.replaced) > 0 {
+		t.Errorf("pods replaced while updates are deferred: %v; %s", w.replaced, state)
+	}
+	if c := getCondition(d.get(t), "Ready"); c.Status != "True" {
+		t.Errorf("Ready %s while updates are deferred: %s", c.Status, c.Message)
+	}
+	standby := db + "-1"
+	if str(d.get(t), "status", "primary") == standby {
+		standby = db + "-0"
+	}
+	if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, standby, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, realReady, standby+" back, ready, on "+postgresMinor, func() (bool, string) {
+		_, state := w.poll(t, s)
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		img := ""
+		for _, c := range p.Spec.Containers {
+			if c.Name == "postgres" {
+				img = c.Image
+			}
+		}
+		return w.replaced[standby] == 1 && podReady(p) && img == postgresMinor, img + "; " + state
+	})
+	if n := len(w.replaced); n != 1 {
+		t.Errorf("pods replaced: %v, want only %s (deleted by hand)", w.replaced, standby)
+	}
+	// The window opens: Supervised (the default) again.
+	start := time.Now()
+	if err := s.applyComposition(ctx, comp, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Minute, db+" rolled", func() (bool, string) { return w.poll(t, s) })
+	s.waitRealReady(t, d)
+	w.verify(t, time.Since(start))
 }
 
 // rollFleet sets the installed Function's package to version, waits for its

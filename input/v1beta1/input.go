@@ -75,6 +75,27 @@ type Input struct {
 	// WAL to (docs/backups.md). Unset, nothing is archived.
 	// +optional
 	ObjectStorage *ObjectStorage `json:"objectStorage,omitempty"`
+
+	// Updates controls when instances take a new pod template (a function
+	// upgrade that changes a script they run, a minor version, a size
+	// change).
+	// +optional
+	Updates *Updates `json:"updates,omitempty"`
+}
+
+// Updates is when instances take a new pod template (docs/failover.md,
+// "Updates: the supervised roll").
+type Updates struct {
+	// Policy is Supervised (the default): a new template rolls at once, one
+	// instance at a time, standbys first, the primary only after a
+	// switchover to an updated standby. Deferred: nothing is restarted for
+	// it; each instance takes it when its pod is next created for another
+	// reason (a drain, an eviction, a node lost, a pod deleted), and
+	// condition Updated says which still run the old one. A platform sets
+	// Deferred outside its maintenance windows and Supervised within them.
+	// +kubebuilder:validation:Enum=Supervised;Deferred
+	// +optional
+	Policy string `json:"policy,omitempty"`
 }
 
 // ObjectStorage is an S3-compatible bucket, and how Databases use it.
