@@ -138,6 +138,9 @@ type failoverPlan struct {
 	// Warnings are Warning results; the Failover condition's message says
 	// each too (newlyWarned).
 	Warnings []warning
+	// UpdateSwitchoverFailed: a switchover the roll asked for ended
+	// without promoting, recorded now (roll.go counts it).
+	UpdateSwitchoverFailed bool
 }
 
 // observedPrimary is the ordinal the function last made the primary: the
@@ -305,11 +308,13 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			fp.Condition = failoverIdle(db, fp)
 			if out.Result != failoverResultPromoted {
 				fp.Condition.Message = fmt.Sprintf("failover Job %s ended without promoting (%s); %s", frozen.Name, or(out.Reason, or(out.Result, "no outcome reported")), fp.Condition.Message)
+				fp.UpdateSwitchoverFailed = switchoverReason(job) == reasonUpdate
 			}
 			return fp
 		case jobFailed(job):
 			fp.Job = frozen
 			fp.Record.Count = count + 1
+			fp.UpdateSwitchoverFailed = switchoverReason(job) == reasonUpdate
 			fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_FALSE, reasonFailoverFailed, fmt.Sprintf(
 				"failover Job %s failed (%s): no standby answered, or the promotion did not complete; its log says which. A new Job starts while primary %s is not ready",
 				frozen.Name, or(jobFailure(job).Reason, "no reason given"), podName(db, from))}

@@ -75,6 +75,7 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	}
 	o.Source = lookupSource(req)
 	o.FailoverRecord = readFailoverRecord(xr)
+	o.RollRecord = readRollRecord(xr)
 	o.Instances = lookupInstances(req)
 	o.RestoreReport = lookupRestoreReport(req, podName(db, 0))
 	if !o.Instances.Resolved {

@@ -41,6 +41,7 @@ type observed struct {
 	// what the required resources say of the instance pods and of the
 	// failover Job's pod (failover.go). Read from the request, as above.
 	FailoverRecord  *failoverRecord
+	RollRecord      *rollRecord
 	Instances       instancePods
 	FailoverOutcome failoverOutcome
 	// ObjectStorageSource is what the required resources say of the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/utils/ptr"
 
@@ -52,11 +53,46 @@ const (
 	// labelRevision is set by the StatefulSet controller on each pod: the
 	// revision of the template it was created from.
 	labelRevision = appsv1.ControllerRevisionHashLabelKey
+
+	// updateSwitchoverAttempts is how many switchovers for one revision may
+	// end without promoting before the roll restarts the primary in place,
+	// as it would with failover off: a restart loses nothing, and each
+	// attempt fences the primary read-only for a while (a target that
+	// never catches up must not stop writes again and again).
+	updateSwitchoverAttempts = 3
 )
+
+// rollRecord is status.update: what the roll must remember across
+// reconciles, written only when there is something to remember.
+type rollRecord struct {
+	// Revision is the StatefulSet's updateRevision the record is about.
+	Revision string `json:"revision"`
+	// FailedSwitchovers counts switchovers for it that ended without
+	// promoting.
+	FailedSwitchovers int64 `json:"failedSwitchovers,omitempty"`
+}
+
+// readRollRecord reads status.update of the observed XR; fields of the
+// wrong type are taken as absent.
+func readRollRecord(xr *structpb.Struct) *rollRecord {
+	s := structAt(xr, "status", "update")
+	if s == nil {
+		return nil
+	}
+	r := &rollRecord{Revision: stringAt(s, "revision")}
+	if n, ok := s.GetFields()["failedSwitchovers"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue >= 0 && n.NumberValue < 1e6 {
+		r.FailedSwitchovers = int64(n.NumberValue)
+	}
+	return r
+}
 
 // rollPlan is what happens about a new pod template.
 type rollPlan struct {
-	// Pending: the StatefulSet has a template some instance does not run.
+	// Rolling: the controller has not recorded the roll as done
+	// (updateRevision is not its currentRevision, which it moves once every
+	// instance is updated and ready); Pending: some instance does not run
+	// the new template yet.
+	Rolling bool
 	Pending bool
 	// Known: which instances run the new template was read from their
 	// pods (Updated); otherwise the partition stays where it is.
@@ -74,8 +110,14 @@ type rollPlan struct {
 	// composed OnDelete and nothing is restarted for a new template.
 	Deferred bool
 	// UpdatedCount is how many instances run the new template, by the
-	// StatefulSet's status.
+	// StatefulSet's status; Revision is its updateRevision.
 	UpdatedCount int32
+	Revision     string
+	// Failures counts the switchovers for Revision that ended without
+	// promoting (status.update, and this reconcile's); Record is what
+	// status.update says next.
+	Failures int64
+	Record   *rollRecord
 	// Partition is the one composed; Condition the Updated condition (its
 	// Type empty before the StatefulSet exists).
 	Partition int32
@@ -98,9 +140,13 @@ func readRoll(db *database, p *plan, o *observed) *rollPlan {
 	// of the one before: a template changed by this reconcile's apply is
 	// read on the next. Under OnDelete the controller never moves
 	// currentRevision: every instance updated is the end there.
-	r.Pending = st.UpdateRevision != "" && st.UpdateRevision != st.CurrentRevision && st.UpdatedReplicas < st.Replicas
-	r.UpdatedCount = st.UpdatedReplicas
-	if !r.Pending || !o.Instances.Resolved || o.Instances.FromStatus {
+	r.Rolling = st.UpdateRevision != "" && st.UpdateRevision != st.CurrentRevision
+	r.Pending = r.Rolling && st.UpdatedReplicas < st.Replicas
+	r.UpdatedCount, r.Revision = st.UpdatedReplicas, st.UpdateRevision
+	if rec := o.RollRecord; rec != nil && r.Rolling && rec.Revision == st.UpdateRevision {
+		r.Failures = rec.FailedSwitchovers
+	}
+	if !r.Rolling || !o.Instances.Resolved || o.Instances.FromStatus {
 		return r
 	}
 	r.Known = true
@@ -127,7 +173,13 @@ func observedPartition(sts *appsv1.StatefulSet) (int32, bool) {
 // this is only a primary restarted in place (one instance, failover off) or
 // a partition lowered before a failover moved the primary.
 func (r *rollPlan) restartsPrimary(primary int) bool {
-	return r.Pending && !r.OnDelete && r.Observed <= int32(primary) && !r.Updated[primary]
+	if !r.Rolling || r.OnDelete || r.Observed > int32(primary) {
+		return false
+	}
+	// An updated primary was restarted by the roll only in place, after
+	// failed switchovers (or with failover off, when nothing fails over);
+	// otherwise a switchover made it the primary after its restart.
+	return !r.Updated[primary] || r.Failures >= updateSwitchoverAttempts
 }
 
 // holds: a switchover to target waits for the roll (target runs the old
@@ -144,7 +196,7 @@ func (r *rollPlan) holds(target int) bool {
 // the primary while the old one is rolled, then the roll switches to that
 // one.
 func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool) {
-	if !r.Known || r.Deferred || r.Updated[primary] {
+	if !r.Known || r.Deferred || r.Updated[primary] || r.Failures >= updateSwitchoverAttempts {
 		return 0, false
 	}
 	for k := primary + 1; k < replicas; k++ {
@@ -166,6 +218,12 @@ func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool
 // decide sets the partition and the Updated condition, once the failover
 // plan has settled the primary for this reconcile.
 func (r *rollPlan) decide(db *database, p *plan, o *observed) {
+	if p.Failover != nil && p.Failover.UpdateSwitchoverFailed && r.Rolling {
+		r.Failures++
+	}
+	if r.Rolling && r.Failures > 0 {
+		r.Record = &rollRecord{Revision: r.Revision, FailedSwitchovers: r.Failures}
+	}
 	if r.Exists && !r.Pending {
 		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_TRUE, reasonUpToDate, "every instance runs the current pod template"}
 	}
@@ -273,6 +331,9 @@ func (r *rollPlan) decide(db *database, p *plan, o *observed) {
 		// after every standby above it.
 		r.Partition = lower(lowest)
 		rolling(fmt.Sprintf("failover is off in the function input, so no switchover: the primary %s restarts in place, writes stop until it is ready (%s)", podName(db, primary), progress))
+	case r.Failures >= updateSwitchoverAttempts:
+		r.Partition = lower(lowest)
+		rolling(fmt.Sprintf("%d switchovers to an updated standby ended without promoting (the Failover condition and the Jobs' logs say why): the primary %s restarts in place instead, writes stop until it is ready (%s)", r.Failures, podName(db, primary), progress))
 	default:
 		r.Partition = lower(primary + 1)
 		r.Condition = condition{condUpdated, fnv1.Status_STATUS_CONDITION_FALSE, reasonRollWaits, fmt.Sprintf(

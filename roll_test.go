@@ -44,7 +44,11 @@ type rollSim struct {
 	conditions        []string
 	restartsAsPrimary int
 	// current: every instance runs the template last composed.
-	current bool
+	current    bool
+	currentRev string
+	// failSwitchovers: every switchover Job ends without an outcome (as on
+	// a plane whose pods run nothing).
+	failSwitchovers bool
 }
 
 // templateRevision names a pod template as the controller would: a hash of
@@ -90,15 +94,14 @@ func (s *rollSim) observe(update string) {
 			updated++
 		}
 	}
-	current := s.rev[0]
-	if updated == n {
-		current = update
+	// currentRevision moves once every instance is updated and ready.
+	if s.currentRev == "" {
+		s.currentRev = s.rev[0]
 	}
-	for _, r := range s.rev {
-		if r != update {
-			current = r
-		}
+	if updated == n && ready == n {
+		s.currentRev = update
 	}
+	current := s.currentRev
 	setObservedStatus(s.t, s.req, rnStatefulSet, map[string]any{
 		"observedGeneration": 1, "replicas": float64(n), "readyReplicas": float64(ready), "updatedReplicas": float64(updated),
 		"currentRevision": current, "updateRevision": update,
@@ -130,7 +133,13 @@ func (s *rollSim) tick() *fnv1.RunFunctionResponse {
 		if err != nil {
 			s.t.Fatalf("a failover Job that is no switchover: %v", job.Annotations)
 		}
-		if !s.handled[count] {
+		if !s.handled[count] && s.failSwitchovers {
+			s.handled[count] = true
+			s.events = append(s.events, "switchover failed")
+			s.jobPod = failoverJobPod(s.t, s.req, "")
+		} else if s.failSwitchovers {
+			s.jobPod = failoverJobPod(s.t, s.req, "")
+		} else if !s.handled[count] {
 			s.handled[count] = true
 			s.events = append(s.events, fmt.Sprintf("switchover %s-%d→%s-%d", s.name, s.primary, s.name, target))
 			s.timeline++
@@ -183,7 +192,15 @@ func TestSupervisedRoll(t *testing.T) {
 		// asPrimary is how many restarts of the primary are expected
 		// (failover off: the primary restarts in place, last).
 		asPrimary int
+		fail      bool
 	}{
+		"SwitchoverFails": {
+			// Every switchover ends without promoting: after three the
+			// primary restarts in place, as with failover off.
+			xr: "example/xrs/large.yaml", fail: true,
+			want:       []string{"restart analytics-2", "restart analytics-1", "switchover failed", "switchover failed", "switchover failed", "RESTART analytics-0"},
+			wantPrimay: 0, asPrimary: 1,
+		},
 		"PrimaryAtZero": {
 			xr:   "example/xrs/large.yaml",
 			want: []string{"restart analytics-2", "restart analytics-1", "switchover analytics-0→analytics-1", "restart analytics-0"},
@@ -228,7 +245,7 @@ func TestSupervisedRoll(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(req)
 			}
-			s := &rollSim{t: t, req: req, name: "analytics", primary: tc.primary, timeline: 1 + tc.primary, handled: map[string]bool{}}
+			s := &rollSim{t: t, req: req, name: "analytics", primary: tc.primary, timeline: 1 + tc.primary, handled: map[string]bool{}, failSwitchovers: tc.fail}
 			if tc.primary != 0 {
 				setObservedPrimary(req, strconv.Itoa(tc.primary))
 				setFailoverRecord(t, req, fmt.Sprintf(`{count: 1, last: {from: analytics-0, to: analytics-%d, reason: PrimaryLost, timeline: %d}}`, tc.primary, s.timeline))
@@ -280,12 +297,15 @@ func TestSupervisedRoll(t *testing.T) {
 			if p := int(*desiredSTS(t, rsp).Spec.UpdateStrategy.RollingUpdate.Partition); p != 3 {
 				t.Errorf("partition at rest %d, want 3", p)
 			}
-			if strings.Contains(strings.Join(s.events, " "), "switchover") {
+			if strings.Contains(strings.Join(s.events, " "), "switchover ") && !tc.fail {
 				if r := stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "failover", "last", "reason"); r != reasonUpdate && !slices.Contains([]string{"SpecPrimaryKept"}, name) {
 					t.Errorf("status.failover.last.reason %q, want %s", r, reasonUpdate)
 				}
 			}
 			t.Logf("conditions: %v", s.conditions)
+			if tc.fail && rsp.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["update"] != nil {
+				t.Errorf("status.update kept after the roll ended")
+			}
 		})
 	}
 }

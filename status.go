@@ -56,6 +56,8 @@ type dbStatus struct {
 	Failover *failoverRecord `json:"failover,omitempty"`
 	// Drill is the last restore drill's verdict, read back (drill.go).
 	Drill *drillRecord `json:"drill,omitempty"`
+	// Update is the roll of a new pod template, read back (roll.go).
+	Update *rollRecord `json:"update,omitempty"`
 }
 
 type backupStatus struct {
@@ -111,6 +113,9 @@ func status(db *database, p *plan, o *observed, stsReady, allReady bool) dbStatu
 	}
 	if p.Drill != nil {
 		s.Drill = p.Drill.Record
+	}
+	if p.Roll != nil {
+		s.Update = p.Roll.Record
 	}
 	if f := p.Failover; f != nil && (f.Record.Count > 0 || f.Record.Last != nil) {
 		s.Failover = f.Record
