@@ -39,6 +39,14 @@ func compose(db *database, p *plan) map[resource.Name]any {
 			out[rnFullBackup] = fullBackupCronJob(db, p)
 		}
 	}
+	if m := db.Metrics; m != nil {
+		if m.PodMonitor {
+			out[rnPodMonitor] = podMonitor(db)
+		}
+		if m.Alerts {
+			out[rnPrometheusRule] = prometheusRule(db, p)
+		}
+	}
 	if p.Drill != nil {
 		out[rnDrill] = drillCronJob(db, p)
 	}

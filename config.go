@@ -43,6 +43,9 @@ type config struct {
 	ObjectStorage *objectStorage
 	// DeferUpdates is the input's updates.policy Deferred (roll.go).
 	DeferUpdates bool
+	// Metrics is the input's metrics resolved; nil adds no exporter
+	// (metrics.go).
+	Metrics *metricsConfig
 }
 
 // The values of the input's updates.policy.
@@ -150,6 +153,11 @@ func parseInput(s *structpb.Struct) (*config, field.ErrorList) {
 		default:
 			errs = append(errs, field.NotSupported(p.Child("updates", "policy"), u.Policy, []string{updatesSupervised, updatesDeferred}))
 		}
+	}
+	if in.Metrics != nil {
+		m, e := resolveMetrics(p.Child("metrics"), in.Metrics)
+		errs = append(errs, e...)
+		cfg.Metrics = m
 	}
 	if in.ObjectStorage != nil {
 		os, e := resolveObjectStorage(p.Child("objectStorage"), in.ObjectStorage)

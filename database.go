@@ -157,6 +157,8 @@ type database struct {
 	SpreadNodes string
 	// DeferUpdates is the input's updates.policy Deferred (roll.go).
 	DeferUpdates bool
+	// Metrics is the input's metrics; nil adds no exporter (metrics.go).
+	Metrics *metricsConfig
 	// ObjectStorage is where the WAL is archived (archive.go); nil when
 	// the input names no bucket.
 	ObjectStorage *objectStorage
@@ -224,6 +226,7 @@ func parseDatabase(xr *structpb.Struct, cfg *config) (*database, field.ErrorList
 		FailoverGrace:     cfg.FailoverGrace,
 		SpreadNodes:       cfg.SpreadNodes,
 		DeferUpdates:      cfg.DeferUpdates,
+		Metrics:           cfg.Metrics,
 		ObjectStorage:     cfg.ObjectStorage,
 	}
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -290,18 +291,22 @@ var composedKinds = map[resource.Name]string{
 	rnFullBackup:      "batch/v1/CronJob",
 	rnRestore:         "batch/v1/Job",
 	rnFailover:        "batch/v1/Job",
+	rnPodMonitor:      "monitoring.coreos.com/v1/PodMonitor",
+	rnPrometheusRule:  "monitoring.coreos.com/v1/PrometheusRule",
 }
 
 // typedKinds makes an empty object of each kind the function composes.
 var typedKinds = map[string]func() any{
-	"v1/Secret":                          func() any { return &corev1.Secret{} },
-	"v1/ConfigMap":                       func() any { return &corev1.ConfigMap{} },
-	"apps/v1/StatefulSet":                func() any { return &appsv1.StatefulSet{} },
-	"v1/Service":                         func() any { return &corev1.Service{} },
-	"policy/v1/PodDisruptionBudget":      func() any { return &policyv1.PodDisruptionBudget{} },
-	"networking.k8s.io/v1/NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
-	"batch/v1/CronJob":                   func() any { return &batchv1.CronJob{} },
-	"batch/v1/Job":                       func() any { return &batchv1.Job{} },
+	"v1/Secret":                               func() any { return &corev1.Secret{} },
+	"v1/ConfigMap":                            func() any { return &corev1.ConfigMap{} },
+	"apps/v1/StatefulSet":                     func() any { return &appsv1.StatefulSet{} },
+	"v1/Service":                              func() any { return &corev1.Service{} },
+	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":      func() any { return &networkingv1.NetworkPolicy{} },
+	"batch/v1/CronJob":                        func() any { return &batchv1.CronJob{} },
+	"batch/v1/Job":                            func() any { return &batchv1.Job{} },
+	"monitoring.coreos.com/v1/PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
 }
 
 func apiVersionKind(s *structpb.Struct) string {

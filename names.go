@@ -27,6 +27,8 @@ const (
 	rnArchiveCheck    resource.Name = "archive-check"
 	rnDrill           resource.Name = "drill"
 	rnFullBackup      resource.Name = "full-backup"
+	rnPodMonitor      resource.Name = "podmonitor"
+	rnPrometheusRule  resource.Name = "prometheusrule"
 )
 
 // Suffixes of the composed names. A Database whose own name ended in one of
@@ -73,6 +75,7 @@ const (
 	componentRestore      = "restore"
 	componentConfig       = "config"
 	componentNetwork      = "network"
+	componentMetrics      = "metrics"
 	componentFailover     = "failover"
 	componentArchiveCheck = "archive-check"
 	componentDrill        = "drill"
@@ -209,6 +212,7 @@ const (
 const (
 	containerPostgres     = "postgres"
 	containerPasswordSync = "password-sync"
+	containerMetrics      = "metrics"
 	containerBackup       = "backup"
 	containerRestore      = "restore"
 	containerFailover     = "failover"

@@ -39,6 +39,19 @@ func networkPolicy(db *database) *networkingv1.NetworkPolicy {
 			}},
 		}})
 	}
+	ingress := []networkingv1.NetworkPolicyIngressRule{{
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &port}},
+		From:  peers,
+	}}
+	if db.Metrics != nil {
+		// Scraped from wherever Prometheus runs (another namespace, the
+		// host network): the port serves counters and sizes, no data and
+		// no credentials.
+		metrics := intstr.FromString(metricsPortName)
+		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &metrics}},
+		})
+	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -49,10 +62,7 @@ func networkPolicy(db *database) *networkingv1.NetworkPolicy {
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(db)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &port}},
-				From:  peers,
-			}},
+			Ingress:     ingress,
 		},
 	}
 }

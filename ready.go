@@ -36,6 +36,10 @@ var readiness = map[resource.Name]readyRule{
 	rnArchiveCheck: observedExists,
 	rnDrill:        observedExists,
 	rnFullBackup:   observedExists,
+	// Prometheus Operator kinds have no status to wait on: once they
+	// exist, the operator reads them.
+	rnPodMonitor:     observedExists,
+	rnPrometheusRule: observedExists,
 	rnStatefulSet: func(_ resource.Name, o *observed, want int32) bool {
 		return statefulSetReady(o.StatefulSet, want)
 	},

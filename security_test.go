@@ -12,7 +12,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -30,6 +29,9 @@ type composedStack struct {
 	version, repo string
 	// networkPolicy is whether the input leaves the NetworkPolicy on.
 	networkPolicy bool
+	// exporter is the metrics container's image when the input enables
+	// metrics: pinned too, but its own, not PostgreSQL's.
+	exporter string
 }
 
 // TestComposedStackSecurity checks the security of the composed stack of
@@ -117,6 +119,9 @@ func stackOf(t *testing.T, ex example, withInput, running bool) composedStack {
 	}
 	if img := in.GetFields()["image"].GetStringValue(); img != "" {
 		s.repo = img
+	}
+	if m := in.GetFields()["metrics"].GetStructValue().GetFields(); m["enabled"].GetBoolValue() {
+		s.exporter = or(m["image"].GetStringValue(), defaultExporterImage)
 	}
 	if e := in.GetFields()["networkPolicy"].GetStructValue().GetFields()["enabled"]; e != nil {
 		s.networkPolicy = e.GetBoolValue()
@@ -272,6 +277,11 @@ func checkNetworkPolicy(t *testing.T, s composedStack) {
 		}
 	}
 	for i, rule := range np.Spec.Ingress {
+		// The exporter's port only, when there is an exporter: scraped from
+		// wherever Prometheus runs; it serves no data.
+		if _, exporter := named[metricsPortName]; exporter && len(rule.Ports) == 1 && rule.Ports[0].Port != nil && rule.Ports[0].Port.StrVal == metricsPortName {
+			continue
+		}
 		if len(rule.From) == 0 {
 			t.Errorf("ingress[%d] admits every source", i)
 		}
@@ -313,6 +323,9 @@ func checkPinnedImages(t *testing.T, s composedStack) {
 			for _, c := range allContainers(spec) {
 				k := string(name) + "/" + c.Name
 				want[k], got[k] = s.repo+":"+s.version, c.Image
+				if c.Name == containerMetrics && s.exporter != "" {
+					want[k] = s.exporter
+				}
 			}
 		}
 	}
@@ -324,25 +337,13 @@ func checkPinnedImages(t *testing.T, s composedStack) {
 	}
 }
 
-// objectMeta returns the metadata of a composed object.
+// objectMeta returns the metadata of a composed object: every typed kind
+// embeds an ObjectMeta, which is its own accessor.
 func objectMeta(obj any) *metav1.ObjectMeta {
-	switch o := obj.(type) {
-	case *corev1.Secret:
-		return &o.ObjectMeta
-	case *corev1.ConfigMap:
-		return &o.ObjectMeta
-	case *corev1.Service:
-		return &o.ObjectMeta
-	case *appsv1.StatefulSet:
-		return &o.ObjectMeta
-	case *policyv1.PodDisruptionBudget:
-		return &o.ObjectMeta
-	case *networkingv1.NetworkPolicy:
-		return &o.ObjectMeta
-	case *batchv1.CronJob:
-		return &o.ObjectMeta
-	case *batchv1.Job:
-		return &o.ObjectMeta
+	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		if m, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			return m
+		}
 	}
 	return &metav1.ObjectMeta{}
 }

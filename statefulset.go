@@ -79,7 +79,7 @@ func statefulSet(db *database, p *plan, configHash string) *appsv1.StatefulSet {
 					TerminationGracePeriodSeconds: ptr.To[int64](60),
 					Affinity:                      spreadInstances(db, p.SpreadRequired),
 					TopologySpreadConstraints:     spreadZones(db),
-					Containers:                    []corev1.Container{postgresContainer(db, p), passwordSyncContainer(db, p)},
+					Containers:                    instanceContainers(db, p),
 					Volumes:                       instanceVolumes(db),
 				}),
 			},
@@ -177,6 +177,16 @@ func instanceMounts(db *database) []corev1.VolumeMount {
 		m = append(m, corev1.VolumeMount{Name: volObjectStorage, MountPath: objectStorageDir, ReadOnly: true})
 	}
 	return m
+}
+
+// instanceContainers are PostgreSQL, the password sync and, when the input
+// asks for metrics, the exporter.
+func instanceContainers(db *database, p *plan) []corev1.Container {
+	c := []corev1.Container{postgresContainer(db, p), passwordSyncContainer(db, p)}
+	if db.Metrics != nil {
+		c = append(c, metricsContainer(db))
+	}
+	return c
 }
 
 func postgresContainer(db *database, p *plan) corev1.Container {

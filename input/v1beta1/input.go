@@ -81,6 +81,49 @@ type Input struct {
 	// change).
 	// +optional
 	Updates *Updates `json:"updates,omitempty"`
+
+	// Metrics adds a PostgreSQL metrics endpoint to every instance and,
+	// optionally, the Prometheus Operator objects that scrape it and alert
+	// on it (docs/metrics.md).
+	// +optional
+	Metrics *Metrics `json:"metrics,omitempty"`
+}
+
+// Metrics is what the person on call sees of a Database on a graph and in
+// an alert (docs/metrics.md).
+type Metrics struct {
+	// Enabled adds a postgres_exporter container to every instance pod,
+	// serving Prometheus metrics on port 9187 (named metrics). It reads the
+	// server over the pod's local socket, so it needs no password. Turning
+	// it on or off changes the pod template: instances roll as for any
+	// update (updates.policy).
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// Image is the exporter's whole image reference, with a tag or a
+	// digest (default prometheuscommunity/postgres-exporter:v0.17.1).
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// PodMonitor composes a Prometheus Operator PodMonitor per Database
+	// (monitoring.coreos.com/v1; the CRD must be installed), labelling its
+	// series with namespace, pod and database.
+	// +optional
+	PodMonitor bool `json:"podMonitor,omitempty"`
+
+	// Alerts composes a PrometheusRule per Database with its alerts:
+	// primary missing, two primaries, instance down, standby not
+	// streaming, writes blocked, replication lag, connections near the
+	// limit, disk filling, WAL archive failing and backup too old, with
+	// bounds that follow the Database's spec (docs/metrics.md).
+	// +optional
+	Alerts bool `json:"alerts,omitempty"`
+
+	// Labels are added to the PodMonitor and the PrometheusRule, for the
+	// Prometheus's ruleSelector and podMonitorSelector (e.g.
+	// release: prometheus).
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Updates is when instances take a new pod template (docs/failover.md,

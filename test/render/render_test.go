@@ -35,12 +35,13 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // env is what TestMain prepares for the tests.
 var env struct {
 	root             string
-	crossplane, core string // the CLI and core binaries
-	missing          error  // a tool is missing: skip, or fail in CI
-	err              error  // anything else that went wrong: fail
-	target           string // where the function listens
-	fnLog            string // the function's log file
-	validateCache    string // crossplane resource validate's cache, holding core's CRDs
+	crossplane, core string   // the CLI and core binaries
+	missing          error    // a tool is missing: skip, or fail in CI
+	err              error    // anything else that went wrong: fail
+	target           string   // where the function listens
+	fnLog            string   // the function's log file
+	validateCache    string   // crossplane resource validate's cache, holding core's CRDs
+	crds             []string // the Prometheus Operator's CRDs, for what metrics compose
 }
 
 func TestMain(m *testing.M) {
@@ -72,6 +73,9 @@ func setup(tmp string) (stop func()) {
 		return stop
 	}
 	if env.validateCache, env.err = prefillValidateCache(filepath.Join(tmp, "validate-cache")); env.err != nil {
+		return stop
+	}
+	if env.crds, env.err = testtools.MonitoringCRDs(env.root); env.err != nil {
 		return stop
 	}
 	bin := filepath.Join(tmp, "function")
@@ -328,7 +332,7 @@ func validate(t *testing.T, xrd string, rendered []byte) {
 	if err := os.WriteFile(file, []byte(strings.Join(resources, "---\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(env.crossplane, "resource", "validate", xrd, file,
+	cmd := exec.Command(env.crossplane, "resource", "validate", strings.Join(append([]string{xrd}, env.crds...), ","), file,
 		"--cache-dir", env.validateCache, "--error-on-missing-schemas")
 	cmd.Dir = env.root
 	out, err := cmd.CombinedOutput()

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/input/v1beta1"
+)
+
+// metricsConfig is the input's metrics resolved (docs/metrics.md).
+type metricsConfig struct {
+	Image      string
+	PodMonitor bool
+	Alerts     bool
+	Labels     map[string]string
+}
+
+const (
+	// defaultExporterImage is postgres_exporter's own image: the exporter
+	// is a static Go binary that reads the server over its socket, so the
+	// PostgreSQL image stays whatever the platform runs.
+	defaultExporterImage = "prometheuscommunity/postgres-exporter:v0.17.1"
+	metricsPort          = 9187
+	metricsPortName      = "metrics"
+	// The series' label naming the Database (from the pod label
+	// app.kubernetes.io/instance): the rules select by namespace and it.
+	metricsDatabaseLabel = "database"
+)
+
+// resolveMetrics validates the input's metrics; nil when the exporter is off
+// (a PodMonitor or rules without it would watch nothing, which is an error).
+func resolveMetrics(p *field.Path, in *v1beta1.Metrics) (*metricsConfig, field.ErrorList) {
+	var errs field.ErrorList
+	m := &metricsConfig{Image: or(in.Image, defaultExporterImage), PodMonitor: in.PodMonitor, Alerts: in.Alerts, Labels: in.Labels}
+	if named, err := reference.ParseNormalizedNamed(m.Image); err != nil || len(m.Image) > maxImageLength {
+		errs = append(errs, field.Invalid(p.Child("image"), m.Image, "must be an image reference with a tag or a digest, e.g. registry.example.com/postgres-exporter:v0.17.1"))
+	} else if reference.IsNameOnly(named) {
+		errs = append(errs, field.Invalid(p.Child("image"), m.Image, "must pin a tag or a digest, e.g. "+m.Image+":v0.17.1 (a bare repository runs whatever :latest is)"))
+	}
+	for k, v := range in.Labels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(p.Child("labels").Key(k), k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(p.Child("labels").Key(k), v, msg))
+		}
+	}
+	if !in.Enabled {
+		if in.PodMonitor || in.Alerts {
+			errs = append(errs, field.Invalid(p.Child("enabled"), false, "podMonitor and alerts need the exporter: set metrics.enabled to true"))
+		}
+		return nil, errs
+	}
+	return m, errs
+}
+
+// metricsContainer runs postgres_exporter beside PostgreSQL. It connects as
+// the superuser over the pod's socket: peer authentication maps the pod's
+// uid to it (entrypoint.sh's pg_hba.conf), so no password is mounted, and
+// no network connection is opened. It has no probes: a failing exporter
+// reports pg_up 0 or stops answering scrapes, which the alerts see; it must
+// not make the instance unready.
+func metricsContainer(db *database) corev1.Container {
+	return corev1.Container{
+		Name:            containerMetrics,
+		Image:           db.Metrics.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args: []string{
+			fmt.Sprintf("--web.listen-address=:%d", metricsPort),
+			// The standby's receiver state: is it streaming, from which
+			// timeline (docs/metrics.md).
+			"--collector.stat_wal_receiver",
+		},
+		Env: []corev1.EnvVar{{
+			Name:  "DATA_SOURCE_NAME",
+			Value: fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable application_name=%s", socketDir, postgresPort, superuser, containerMetrics),
+		}},
+		Ports: []corev1.ContainerPort{{Name: metricsPortName, ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		},
+		VolumeMounts:    []corev1.VolumeMount{{Name: volRun, MountPath: socketDir}},
+		SecurityContext: containerSecurityContext(),
+	}
+}
+
+// metricsLabels are the labels of the PodMonitor and the PrometheusRule:
+// the Database's, then the platform's selector labels.
+func metricsLabels(db *database) map[string]string {
+	l := labels(db, componentMetrics)
+	maps.Copy(l, db.Metrics.Labels)
+	return l
+}
+
+// podMonitor has the Prometheus Operator scrape every instance of the
+// Database, labelling its series with the Database's name: the rules, the
+// dashboards and the person on call select by namespace and database.
+func podMonitor(db *database) *monitoringv1.PodMonitor {
+	return &monitoringv1.PodMonitor{
+		TypeMeta: metav1.TypeMeta{APIVersion: "monitoring.coreos.com/v1", Kind: "PodMonitor"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      db.Name,
+			Namespace: db.Namespace,
+			Labels:    metricsLabels(db),
+		},
+		Spec: monitoringv1.PodMonitorSpec{
+			Selector: metav1.LabelSelector{MatchLabels: instanceLabels(db)},
+			PodMetricsEndpoints: []monitoringv1.PodMetricsEndpoint{{
+				Port:     ptr.To(metricsPortName),
+				Interval: "15s",
+				RelabelConfigs: []monitoringv1.RelabelConfig{{
+					Action:       "replace",
+					SourceLabels: []monitoringv1.LabelName{"__meta_kubernetes_pod_label_app_kubernetes_io_instance"},
+					TargetLabel:  metricsDatabaseLabel,
+				}},
+			}},
+		},
+	}
+}
+
+// prometheusRule holds the Database's alerts. One per Database, because
+// their bounds follow its spec: the backup schedule sets how old a backup
+// may be, durability whether a lost standby blocks writes, the archive
+// whether archiving is watched at all.
+func prometheusRule(db *database, p *plan) *monitoringv1.PrometheusRule {
+	return &monitoringv1.PrometheusRule{
+		TypeMeta: metav1.TypeMeta{APIVersion: "monitoring.coreos.com/v1", Kind: "PrometheusRule"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      db.Name,
+			Namespace: db.Namespace,
+			Labels:    metricsLabels(db),
+		},
+		Spec: monitoringv1.PrometheusRuleSpec{Groups: []monitoringv1.RuleGroup{{
+			Name:  "database-" + db.Namespace + "-" + db.Name,
+			Rules: alertRules(db, p),
+		}}},
+	}
+}
+
+// alert is one rule before it is typed: the expression with the Database's
+// selector written as {S}, and the sentence the person on call reads.
+type alert struct {
+	name, expr, forDur, severity, summary, action string
+}
+
+// Bounds of the alerts (docs/metrics.md says why each).
+const (
+	// lagBytesBound is half of max_slot_wal_keep_size (entrypoint.sh, 2GB):
+	// past it, the standby's slot is invalidated and it must be cloned
+	// again; half leaves the on-call time to act.
+	lagBytesBound = 1 << 30
+	// connectionsBound is the share of max_connections in use past which a
+	// burst refuses new sessions.
+	connectionsBound = 0.9
+	// diskFreeBound is the share of the data volume left free past which
+	// PostgreSQL is close to PANIC on a full disk.
+	diskFreeBound = 0.1
+	// backupSlack is what a backup may take after its schedule fires.
+	backupSlack = time.Hour
+)
+
+func alertRules(db *database, p *plan) []monitoringv1.Rule {
+	sel := fmt.Sprintf("namespace=%q,%s=%q", db.Namespace, metricsDatabaseLabel, db.Name)
+	instance := fmt.Sprintf("%s/%s", db.Namespace, db.Name)
+	alerts := []alert{{
+		name: "DatabasePrimaryMissing",
+		// Instances are scraped, none answers as a primary: writes fail.
+		// Longer than the automatic failover's grace and promotion.
+		expr:     "count(up{S}) unless count(pg_replication_is_replica{S} == 0)",
+		forDur:   "2m",
+		severity: "critical",
+		summary:  "Database " + instance + " has no primary: writes fail",
+		action:   "kubectl describe database; the Failover condition says why no standby was promoted (docs/failover.md)",
+	}, {
+		name: "DatabaseTwoPrimaries",
+		// The fence (docs/failover.md) makes this impossible; if it
+		// fires, a write may be acknowledged on a deposed primary.
+		expr:     "count(pg_replication_is_replica{S} == 0) > 1",
+		forDur:   "1m",
+		severity: "critical",
+		summary:  "Database " + instance + " has two instances answering as primary",
+		action:   "stop the instance that is not status.primary (delete its pod); then read docs/failover.md",
+	}, {
+		name:     "DatabaseInstanceDown",
+		expr:     "up{S} == 0 or pg_up{S} == 0",
+		forDur:   "5m",
+		severity: "warning",
+		summary:  "instance {{ $labels.pod }} of Database " + instance + " does not answer",
+		action:   "kubectl logs {{ $labels.pod }} -c postgres; the Database's Ready and Failover conditions",
+	}}
+	if p.Replicas > 1 {
+		alerts = append(alerts, alert{
+			name: "DatabaseStandbyNotStreaming",
+			// Standbys up, fewer streaming from the primary: they fall
+			// behind and would lose what they have not received.
+			expr:     "count(pg_replication_is_replica{S} == 1) > (count(pg_stat_replication_pg_wal_lsn_diff{S,state=\"streaming\"}) or vector(0))",
+			forDur:   "5m",
+			severity: "warning",
+			summary:  "a standby of Database " + instance + " is not streaming from the primary",
+			action:   "kubectl logs <standby pod> -c postgres: a standby that cannot follow the primary's timeline says so (docs/failover.md, rejoin)",
+		}, alert{
+			name:     "DatabaseReplicationLag",
+			expr:     fmt.Sprintf("max(pg_stat_replication_pg_wal_lsn_diff{S}) > %d", lagBytesBound),
+			forDur:   "5m",
+			severity: "warning",
+			summary:  "a standby of Database " + instance + " is {{ $value | humanize1024 }}B behind the primary",
+			action:   "past 2GiB its replication slot is dropped and it must be cloned again; check its node and volume",
+		})
+		if db.Durability == durabilitySync {
+			alerts = append(alerts, alert{
+				name: "DatabaseWritesBlocked",
+				// durability sync: a commit waits for a standby's
+				// acknowledgement, so with none streaming every write hangs.
+				expr:     "count(pg_replication_is_replica{S} == 0) unless count(pg_stat_replication_pg_wal_lsn_diff{S,state=\"streaming\"})",
+				forDur:   "1m",
+				severity: "critical",
+				summary:  "Database " + instance + " (durability sync) has no standby streaming: every commit waits",
+				action:   "bring a standby back (DatabaseStandbyNotStreaming, DatabaseInstanceDown); durability async trades this for possible loss",
+			})
+		}
+	}
+	alerts = append(alerts, alert{
+		name:     "DatabaseConnectionsNearLimit",
+		expr:     fmt.Sprintf("sum by (pod) (pg_stat_activity_count{S}) > on (pod) %g * max by (pod) (pg_settings_max_connections{S})", connectionsBound),
+		forDur:   "5m",
+		severity: "warning",
+		summary:  "instance {{ $labels.pod }} of Database " + instance + " uses over 90% of max_connections",
+		action:   "find the client holding sessions (pg_stat_activity), or a larger spec.size",
+	}, alert{
+		name: "DatabaseDiskFilling",
+		// The kubelet's volume stats: PostgreSQL stops on a full disk.
+		expr: fmt.Sprintf("kubelet_volume_stats_available_bytes{namespace=%q,persistentvolumeclaim=~%q} < %g * kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim=~%q}",
+			db.Namespace, volData+"-"+db.Name+"-[0-9]+", diskFreeBound, db.Namespace, volData+"-"+db.Name+"-[0-9]+"),
+		forDur:   "5m",
+		severity: "warning",
+		summary:  "volume {{ $labels.persistentvolumeclaim }} of Database " + instance + " is over 90% full",
+		action:   "raise spec.storage (volumes grow in place where the storage class allows it)",
+	})
+	if db.ObjectStorage != nil {
+		alerts = append(alerts, alert{
+			name:     "DatabaseArchiveFailing",
+			expr:     "increase(pg_stat_archiver_failed_count{S}[5m]) > 0 and on (pod) pg_replication_is_replica{S} == 0",
+			forDur:   "10m",
+			severity: "critical",
+			summary:  "Database " + instance + " cannot archive its WAL: the recovery point falls behind and WAL piles up on the primary's disk",
+			action:   "the WALArchive condition and the postgres log say why (bucket, credentials); docs/backups.md",
+		})
+	}
+	if db.Backup.Enabled {
+		if gap, ok := scheduleGap(db.Backup.Schedule); ok {
+			bound := gap + backupSlack
+			alerts = append(alerts, alert{
+				name: "DatabaseBackupTooOld",
+				// kube-state-metrics' CronJob series: the backup runs in a
+				// Job, not in PostgreSQL.
+				expr:     fmt.Sprintf("time() - kube_cronjob_status_last_successful_time{namespace=%q,cronjob=%q} > %d", db.Namespace, backupName(db), int64(bound.Seconds())),
+				forDur:   "10m",
+				severity: "warning",
+				summary:  fmt.Sprintf("the last backup of Database %s succeeded over %s ago (schedule %s)", instance, hoursMinutes(bound), db.Backup.Schedule),
+				action:   "kubectl get jobs -l app.kubernetes.io/component=backup; the BackupHealthy condition says why",
+			})
+		}
+	}
+	rules := make([]monitoringv1.Rule, 0, len(alerts))
+	for _, a := range alerts {
+		rules = append(rules, monitoringv1.Rule{
+			Alert:  a.name,
+			Expr:   intstr.FromString(strings.ReplaceAll(a.expr, "{S", "{"+sel)),
+			For:    ptr.To(monitoringv1.Duration(a.forDur)),
+			Labels: map[string]string{"severity": a.severity, "namespace": db.Namespace, metricsDatabaseLabel: db.Name},
+			Annotations: map[string]string{
+				"summary":     a.summary,
+				"description": "What to do: " + a.action + ".",
+			},
+		})
+	}
+	return rules
+}
+
+// scheduleGap is the longest time between two runs of a cron schedule, from
+// a fixed instant (the function reads no clock): a backup older than that,
+// plus the time a backup takes, was missed.
+func scheduleGap(schedule string) (time.Duration, bool) {
+	s, err := cronParser.Parse(schedule)
+	if err != nil {
+		return 0, false
+	}
+	t := s.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var gap time.Duration
+	// Enough runs to see a week's pattern at any frequency that matters
+	// for a backup, few enough to cost nothing.
+	for range 400 {
+		n := s.Next(t)
+		if n.IsZero() {
+			return 0, false
+		}
+		gap = max(gap, n.Sub(t))
+		t = n
+	}
+	return gap, true
+}
+
+// hoursMinutes says a bound as the on-call reads it: 25h, 1h30m.
+func hoursMinutes(d time.Duration) string {
+	h, m := int64(d/time.Hour), int64(d%time.Hour/time.Minute)
+	if m == 0 {
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dh%dm", h, m)
+}
