@@ -247,7 +247,7 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 		forDur:   "5m",
 		severity: "warning",
 		summary:  "volume {{ $labels.persistentvolumeclaim }} of Database " + instance + " is over 90% full",
-		action:   "raise spec.storage (volumes grow in place where the storage class allows it)",
+		action:   "free space (VACUUM FULL, drop what is not needed) or grow the volume by hand: spec.storage does not resize it (docs/limits.md, volumes do not grow)",
 	})
 	if db.ObjectStorage != nil {
 		alerts = append(alerts, alert{
