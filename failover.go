@@ -246,10 +246,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
 			target = t
 		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, frozenFacts(job))
-		if switchoverReason(job) == reasonUpdate {
-			frozen.Annotations[annotationSwitchoverReason] = reasonUpdate
-		}
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, switchoverReason(job) == reasonUpdate, frozenFacts(job))
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -352,7 +349,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		return fp
 	}
 	if !o.Instances.Ready[primaryPod] {
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, failoverFacts(db, o, fp.Primary, replicas)), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, false, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
@@ -391,10 +388,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			return fp
 		}
 	}
-	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, failoverFacts(db, o, fp.Primary, replicas)), true
-	if reason == reasonUpdate {
-		fp.Job.Annotations[annotationSwitchoverReason] = reasonUpdate
-	}
+	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, reason == reasonUpdate, failoverFacts(db, o, fp.Primary, replicas)), true
 	fp.Condition = switchoverRunning(db, fp.Primary, target, reason)
 	return fp
 }
@@ -541,8 +535,10 @@ func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 
 // failoverJob runs failover.sh once against the instances: a failover of
 // the lost primary from, or with target >= 0 a planned switchover to target.
-// facts are failoverFacts, or frozenFacts of the observed Job.
-func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, facts []corev1.EnvVar) *batchv1.Job {
+// update marks a switchover the supervised roll asked for (read back by
+// switchoverReason, so the frozen Job keeps it). facts are failoverFacts, or
+// frozenFacts of the observed Job.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, update bool, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: scripts.EnvDatabase, Value: db.Name},
 		{Name: scripts.EnvPrimaryOrdinal, Value: strconv.Itoa(from)},
@@ -561,6 +557,9 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 	if target >= 0 {
 		env = append(env, corev1.EnvVar{Name: scripts.EnvMode, Value: scripts.ModeSwitchover}, corev1.EnvVar{Name: scripts.EnvTargetOrdinal, Value: strconv.Itoa(target)})
 		ann[annotationFailoverTarget] = strconv.Itoa(target)
+	}
+	if update {
+		ann[annotationSwitchoverReason] = reasonUpdate
 	}
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},

@@ -265,7 +265,7 @@ func TestFailoverNotStarted(t *testing.T) {
 // container checks as every other pod the function composes.
 func TestFailoverJobSecure(t *testing.T) {
 	db := testDB()
-	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, nil)
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, false, nil)
 	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
 		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
 	}

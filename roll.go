@@ -86,7 +86,10 @@ func readRollRecord(xr *structpb.Struct) *rollRecord {
 	return r
 }
 
-// rollPlan is what happens about a new pod template.
+// rollPlan is what happens about a new pod template. makePlan always sets
+// one; the questions failover asks of it (restartsPrimary, holds,
+// switchoverTarget) answer "no roll" on a nil plan, so a plan built without
+// Roll (a test's, a future stage's) fails over as if nothing rolled.
 type rollPlan struct {
 	// Rolling: the controller has not recorded the roll as done
 	// (updateRevision is not its currentRevision, which it moves once every
@@ -173,7 +176,7 @@ func observedPartition(sts *appsv1.StatefulSet) (int32, bool) {
 // this is only a primary restarted in place (one instance, failover off) or
 // a partition lowered before a failover moved the primary.
 func (r *rollPlan) restartsPrimary(primary int) bool {
-	if !r.Rolling || r.OnDelete || r.Observed > int32(primary) {
+	if r == nil || !r.Rolling || r.OnDelete || r.Observed > int32(primary) {
 		return false
 	}
 	// An updated primary was restarted by the roll only in place, after
@@ -185,7 +188,7 @@ func (r *rollPlan) restartsPrimary(primary int) bool {
 // holds: a switchover to target waits for the roll (target runs the old
 // template, and would be switched away from again).
 func (r *rollPlan) holds(target int) bool {
-	return r.Pending && !r.Updated[target]
+	return r != nil && r.Pending && !r.Updated[target]
 }
 
 // switchoverTarget is the updated standby the roll switches over to before
@@ -196,7 +199,7 @@ func (r *rollPlan) holds(target int) bool {
 // the primary while the old one is rolled, then the roll switches to that
 // one.
 func (r *rollPlan) switchoverTarget(primary, replicas, preferred int) (int, bool) {
-	if !r.Known || r.Deferred || r.Updated[primary] || r.Failures >= updateSwitchoverAttempts {
+	if r == nil || !r.Known || r.Deferred || r.Updated[primary] || r.Failures >= updateSwitchoverAttempts {
 		return 0, false
 	}
 	for k := primary + 1; k < replicas; k++ {

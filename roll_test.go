@@ -419,3 +419,15 @@ func TestRollDeferred(t *testing.T) {
 		t.Errorf("partition %d, want 1 (analytics-1 next, the primary analytics-0 after a switchover)", p)
 	}
 }
+
+// A plan without a roll is a plan with nothing rolling: failover asks it
+// and goes on.
+func TestRollPlanNil(t *testing.T) {
+	var r *rollPlan
+	if r.restartsPrimary(0) || r.holds(1) {
+		t.Errorf("a nil roll plan restarts the primary or holds a switchover")
+	}
+	if _, ok := r.switchoverTarget(0, 3, -1); ok {
+		t.Errorf("a nil roll plan asks for a switchover")
+	}
+}
