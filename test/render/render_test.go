@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/example/function-database/internal/promcrds"
 	"github.com/example/function-database/scripts"
 	"github.com/example/function-database/test/internal/testtools"
 )
@@ -75,7 +76,7 @@ func setup(tmp string) (stop func()) {
 	if env.validateCache, env.err = prefillValidateCache(filepath.Join(tmp, "validate-cache")); env.err != nil {
 		return stop
 	}
-	if env.crds, env.err = testtools.MonitoringCRDs(env.root); env.err != nil {
+	if env.crds, env.err = promcrds.Files(env.root); env.err != nil {
 		return stop
 	}
 	bin := filepath.Join(tmp, "function")
