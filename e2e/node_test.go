@@ -56,6 +56,10 @@ const (
 	postgresImage = postgresRepo + ":15"
 	// The same image under a newer minor tag, for the minor-roll scenario.
 	postgresMinor = postgresRepo + ":15.1"
+	// The metrics sidecar: postgres_exporter (hack/tools.sh), its static
+	// binary alone at /bin/postgres_exporter. The tag is the version
+	// hack/tools.sh pins (EXPORTER_VERSION).
+	exporterImage = "e2e.local/postgres-exporter:v0.17.1"
 )
 
 type node struct {
@@ -318,9 +322,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	})
 }
 
-// importImages makes the pause and PostgreSQL images (one layer each, no
-// registry) and imports them into containerd's k8s.io namespace, where the
-// CRI looks. The PostgreSQL image is cached next to its root filesystem.
+// importImages makes the pause, PostgreSQL and postgres_exporter images (one
+// layer each, no registry) and imports them into containerd's k8s.io
+// namespace, where the CRI looks. The PostgreSQL image is cached next to its
+// root filesystem; the other two are small enough to make on every run.
 func (n *node) importImages(ctx context.Context, s *suite) error {
 	imgDir := n.path("images")
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
@@ -337,6 +342,22 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 	}
 	pauseTar := filepath.Join(imgDir, "pause.tar")
 	if err := writeImage(pauseTar, pauseLayer, v1.Config{Entrypoint: []string{"/pause"}}, []string{pauseImage}); err != nil {
+		return err
+	}
+
+	// postgres_exporter: the static binary hack/tools.sh built into the
+	// tools folder. No user in the image (the pod's securityContext sets
+	// runAsUser), no shell, no /etc: it needs none.
+	exporterBin := n.binary("postgres_exporter")
+	if !fileExists(exporterBin) {
+		return fmt.Errorf("no postgres_exporter in %s: run hack/tools.sh postgres_exporter", n.bin)
+	}
+	exporterLayer, err := layerOf(map[string]string{"bin/postgres_exporter": exporterBin})
+	if err != nil {
+		return err
+	}
+	exporterTar := filepath.Join(imgDir, "postgres-exporter.tar")
+	if err := writeImage(exporterTar, exporterLayer, v1.Config{Entrypoint: []string{"/bin/postgres_exporter"}}, []string{exporterImage}); err != nil {
 		return err
 	}
 
@@ -379,7 +400,7 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 			return err
 		}
 	}
-	for _, tar := range []string{pauseTar, pgTar} {
+	for _, tar := range []string{pauseTar, exporterTar, pgTar} {
 		if err := n.sh(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", tar); err != nil {
 			return err
 		}
@@ -387,13 +408,27 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 	return nil
 }
 
-// layerOf makes a layer of files (name in the image → path here), mode 0755.
+// layerOf makes a layer of files (name in the image → path here), mode 0755,
+// with an entry for each parent folder (root-owned, 0755): without one the
+// unpacker makes it with modes of its own choosing, and a non-root user must
+// be able to traverse it.
 func layerOf(files map[string]string) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (rc io.ReadCloser, err error) {
 		pr, pw := io.Pipe()
 		go func() {
 			tw := tar.NewWriter(pw)
+			dirs := map[string]bool{}
 			for name, path := range files {
+				for i := range len(name) {
+					if name[i] != '/' || dirs[name[:i+1]] {
+						continue
+					}
+					dirs[name[:i+1]] = true
+					if err := tw.WriteHeader(&tar.Header{Name: name[:i+1], Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+						pw.CloseWithError(err)
+						return
+					}
+				}
 				data, err := os.ReadFile(path)
 				if err != nil {
 					pw.CloseWithError(err)

@@ -8,6 +8,9 @@
 #                                  kubectl (the e2e runs the README's commands with it)
 #   hack/cluster-tools.sh kwok     kwok and its stage configs (bin/kwok-stages-VERSION.yaml)
 #   hack/cluster-tools.sh etcd     Debian etcd-server (apt-get), when no etcd is on PATH
+#   hack/cluster-tools.sh prometheus
+#                                  Debian prometheus (prometheus and promtool), when
+#                                  missing: the e2e's Prometheus server (e2e/prometheus_test.go)
 #   hack/cluster-tools.sh node     the real node: kubelet and kube-proxy (with k8s), CoreDNS,
 #                                  kube-router, Debian containerd, runc, CNI plugins, iptables,
 #                                  ipset, conntrack, mmdebstrap (images: hack/node-images.sh)
@@ -121,6 +124,42 @@ install_etcd() {
 	ln -sf "$e" "$bin/etcd"
 }
 
+# The e2e scrapes the metrics sidecars with a real Prometheus server, which
+# the tests start on a free loopback port (e2e/prometheus_test.go), and
+# checks alert rules with its promtool. Without systemd the package's postinst
+# would start a system Prometheus on :9090 through its init script (and fail
+# the install if that failed); with systemd, deb-systemd-invoke would start
+# the unit. Both ask policy-rc.d first: one answering 101 (start nothing)
+# stands during the install, unless the machine has a policy of its own.
+install_prometheus() {
+	if type -P prometheus >/dev/null && type -P promtool >/dev/null; then
+		return
+	fi
+	local start=$SECONDS
+	log "installing Debian prometheus"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >&2
+	no_services apt-get install -y -qq --no-install-recommends prometheus >&2
+	type -P promtool >/dev/null || { log "no promtool on PATH after installing prometheus"; exit 1; }
+	log "installed prometheus in $((SECONDS - start)) s"
+}
+
+# no_services COMMAND...: runs COMMAND with a policy-rc.d that lets no
+# package start a service; the policy goes when it ends, and on exit if it
+# fails. A policy already there (container images ship one) is left alone.
+no_services() {
+	if [ -e /usr/sbin/policy-rc.d ]; then
+		"$@"
+		return
+	fi
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	printf '#!/bin/sh\n# hack/cluster-tools.sh: no service starts while it installs packages\nexit 101\n' >/usr/sbin/policy-rc.d
+	chmod 0755 /usr/sbin/policy-rc.d
+	"$@"
+	rm -f /usr/sbin/policy-rc.d
+	trap - EXIT
+}
+
 gen_k8s() {
 	local mod
 	mod=$(cd /tmp && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
@@ -160,11 +199,12 @@ gen_k8s() {
 
 start=$SECONDS
 case ${1:-all} in
-all) install_etcd; build_kwok; build_k8s; build_node ;;
+all) install_etcd; install_prometheus; build_kwok; build_k8s; build_node ;;
 node) build_k8s; build_node ;;
 k8s) build_k8s ;;
 kwok) build_kwok ;;
 etcd) install_etcd ;;
+prometheus) install_prometheus ;;
 gen-k8s) gen_k8s ;;
 *) log "unknown target $1"; exit 2 ;;
 esac

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the scripts tests (go test ./scripts/) need, if missing:
-# Debian's PostgreSQL server (package postgresql), pgBackRest and shellcheck. Idempotent:
-# a second run installs nothing. Prints the PostgreSQL bin directory (the
-# highest installed major) on stdout; everything else goes to stderr.
+# Debian's PostgreSQL server (package postgresql), pgBackRest and shellcheck,
+# and Debian's prometheus, whose promtool the unit tests check the alert
+# rules with (`promtool test rules`). Idempotent: a second run installs
+# nothing. Prints the PostgreSQL bin directory (the highest installed major)
+# on stdout; everything else goes to stderr.
 #
 # The tests find that directory themselves (or take POSTGRES_BIN); CI calls
 # this script first so that a missing server is installed, not skipped.
@@ -30,6 +32,7 @@ bin_dir >/dev/null || need+=(postgresql)
 command -v shellcheck >/dev/null || need+=(shellcheck)
 # The WAL archive's tests (scripts/archive_test.go) run Debian's pgBackRest.
 command -v pgbackrest >/dev/null || need+=(pgbackrest)
+command -v promtool >/dev/null || need+=(prometheus)
 
 if ((${#need[@]})); then
 	sudo=()
@@ -46,6 +49,18 @@ if ((${#need[@]})); then
 	if [[ ! -e /etc/postgresql-common/createcluster.conf ]]; then
 		echo 'create_main_cluster = false' | "${sudo[@]}" tee /etc/postgresql-common/createcluster.conf >/dev/null
 	fi
+	# Debian's prometheus would start a system Prometheus on :9090 (through
+	# its init script without systemd, failing the install if that fails).
+	# Packages ask policy-rc.d before starting a service: one answering 101
+	# (start nothing) stands during the install unless the machine has its
+	# own (container images ship one). The tests start their own servers.
+	policy=/usr/sbin/policy-rc.d
+	if [[ ! -e $policy ]]; then
+		trap '"${sudo[@]}" rm -f "$policy"' EXIT
+		printf '#!/bin/sh\n# hack/install-postgres.sh: no service starts while it installs packages\nexit 101\n' |
+			"${sudo[@]}" tee "$policy" >/dev/null
+		"${sudo[@]}" chmod 0755 "$policy"
+	fi
 	"${sudo[@]}" apt-get update -qq >&2
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		-o Dpkg::Options::=--force-confold "${need[@]}" >&2
@@ -61,6 +76,10 @@ id postgres >/dev/null 2>&1 || {
 }
 command -v shellcheck >/dev/null || {
 	echo "install-postgres: shellcheck still missing" >&2
+	exit 1
+}
+command -v promtool >/dev/null || {
+	echo "install-postgres: promtool still missing (Debian prometheus)" >&2
 	exit 1
 }
 printf '%s\n' "$dir"

@@ -11,10 +11,11 @@
 #   hack/test.sh setup     only the set-up below, for every level; no test
 #
 # Set-up, each step a no-op when already done (warm: a few seconds): Debian's
-# postgresql, pgbackrest and shellcheck (hack/install-postgres.sh), the Go modules, the
-# crossplane CLI, Crossplane core, crane and versitygw (hack/tools.sh), golangci-lint
-# (hack/lint.sh), and for e2e the control-plane binaries, kwok, etcd and the
-# real node's packages (hack/cluster-tools.sh). Tools are built from the Go
+# postgresql, pgbackrest, shellcheck and prometheus (promtool; hack/install-postgres.sh),
+# the Go modules, the crossplane CLI, Crossplane core, crane, versitygw and
+# postgres_exporter (hack/tools.sh), golangci-lint (hack/lint.sh), and for e2e the
+# control-plane binaries, kwok, etcd, prometheus and the real node's packages
+# (hack/cluster-tools.sh). Tools are built from the Go
 # module proxy into $HOME/.cache/function-database keyed by version (cold:
 # see the README). Debian packages need root or sudo; the real node needs root.
 #
@@ -39,11 +40,11 @@ step() { printf '\n=== %s (%d s)\n' "$*" "$((SECONDS - start))" >&2; }
 
 step "set-up: Go"
 require_go
-step "set-up: Debian packages postgresql, pgbackrest, shellcheck"
+step "set-up: Debian packages postgresql, pgbackrest, shellcheck, prometheus"
 hack/install-postgres.sh >/dev/null
 step "set-up: Go modules"
 go mod download
-step "set-up: crossplane CLI, Crossplane core, crane, versitygw (S3)"
+step "set-up: crossplane CLI, Crossplane core, crane, versitygw (S3), postgres_exporter"
 hack/tools.sh >/dev/null
 step "set-up: golangci-lint"
 hack/lint.sh --build-only
