@@ -72,17 +72,27 @@ func (s *suite) realNode(t *testing.T) {
 // PostgreSQL image built here: what a platform does for its mirror. edit, if
 // any, changes the input further.
 func (s *suite) applyComposition(ctx context.Context, name string, edit func(input map[string]any)) error {
-	c, err := readObject(s.example("composition.yaml"))
+	c, err := s.realComposition(name, edit)
 	if err != nil {
 		return err
 	}
+	_, err = s.k.apply(ctx, c)
+	return err
+}
+
+// realComposition is the Composition applyComposition applies.
+func (s *suite) realComposition(name string, edit func(input map[string]any)) (*unstructured.Unstructured, error) {
+	c, err := readObject(s.example("composition.yaml"))
+	if err != nil {
+		return nil, err
+	}
 	c.SetName(name)
 	if err := s.useInstalledFunction(c); err != nil {
-		return err
+		return nil, err
 	}
 	steps, _, _ := unstructured.NestedSlice(c.Object, "spec", "pipeline")
 	if len(steps) == 0 {
-		return fmt.Errorf("no pipeline in %s", s.example("composition.yaml"))
+		return nil, fmt.Errorf("no pipeline in %s", s.example("composition.yaml"))
 	}
 	step := steps[0].(map[string]any)
 	input, _ := step["input"].(map[string]any)
@@ -110,10 +120,9 @@ func (s *suite) applyComposition(ctx context.Context, name string, edit func(inp
 	step["input"] = input
 	steps[0] = step
 	if err := unstructured.SetNestedSlice(c.Object, steps, "spec", "pipeline"); err != nil {
-		return err
+		return nil, err
 	}
-	_, err = s.k.apply(ctx, c)
-	return err
+	return c, nil
 }
 
 // realNamespace makes a namespace whose pods go to the real node.

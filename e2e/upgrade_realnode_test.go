@@ -60,6 +60,9 @@ func TestOperate(t *testing.T) {
 	// The fleet leaves the node to the next scenario.
 	s.removeDatabases(t, dbs...)
 	s.step(t, "DeferredUpdates", func(t *testing.T) { s.deferredUpdates(t, ns) })
+	// Metrics and AlertFires (metrics_realnode_test.go).
+	s.observe(t, ns)
+	s.step(t, "OwnGroup", func(t *testing.T) { s.ownGroupDatabase(t, ns) })
 }
 
 // deferredUpdates: with the input's updates.policy Deferred a new pod

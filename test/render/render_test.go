@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -575,4 +576,54 @@ func goldenDoc(t *testing.T, name, apiVersion, kind string) string {
 	}
 	t.Fatalf("no %s %s in the golden render %s", apiVersion, kind, goldenPath(name))
 	return ""
+}
+
+// ownGroup is the API group TestRenderOwnGroup renames the example's to.
+const ownGroup = "platform.acme.io"
+
+// TestRenderOwnGroup renders the example with its XRD, Composition and XR
+// moved to a platform's own API group, as README's "Your own API group"
+// says to: the function reads an XR's spec and metadata, never its group,
+// so the render is the example's byte for byte but for the group.
+func TestRenderOwnGroup(t *testing.T) {
+	requireSetup(t)
+	dir := t.TempDir()
+	renamed := map[string]string{}
+	for _, f := range []string{"example/xrd.yaml", "example/composition.yaml", "example/xr.yaml"} {
+		b, err := os.ReadFile(filepath.Join(env.root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := renameGroup(string(b), "example.com", ownGroup)
+		if s == string(b) {
+			t.Fatalf("%s names no example.com group to rename", f)
+		}
+		renamed[f] = filepath.Join(dir, filepath.Base(f))
+		if err := os.WriteFile(renamed[f], []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := example{name: "own-group", xr: renamed["example/xr.yaml"], composition: renamed["example/composition.yaml"], xrd: renamed["example/xrd.yaml"]}
+	out := render(t, x)
+	validate(t, x.xrd, out)
+	want := normalize(t, render(t, example{name: "xr", xr: "example/xr.yaml", composition: "example/composition.yaml", xrd: "example/xrd.yaml"}), true)
+	// crossplane render derives the XR's uid (in owner references) from
+	// its apiVersion: the one field that differs by the group besides it.
+	uid := regexp.MustCompile(`(?m)^(\s+uid: ).*$`)
+	want = uid.ReplaceAll(want, []byte("${1}UID"))
+	got := uid.ReplaceAll(normalize(t, out, true), []byte("${1}UID"))
+	if d := cmp.Diff(string(want), renameGroup(string(got), ownGroup, "example.com")); d != "" {
+		t.Errorf("the render in group %s differs from the example's beyond the group (-example +renamed back):\n%s", ownGroup, d)
+	}
+}
+
+// renameGroup moves an XRD, Composition or XR from one API group to
+// another: the XRD's name and group, and every apiVersion of the group.
+// The function input's group (database.fn.example.com) is not the XR's.
+func renameGroup(s, from, to string) string {
+	return strings.NewReplacer(
+		"name: databases."+from+"\n", "name: databases."+to+"\n",
+		"group: "+from+"\n", "group: "+to+"\n",
+		"apiVersion: "+from+"/", "apiVersion: "+to+"/",
+	).Replace(s)
 }

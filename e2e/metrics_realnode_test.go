@@ -1,0 +1,267 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/example/function-database/internal/promcrds"
+)
+
+var (
+	gvkPodMonitor     = gvk("monitoring.coreos.com/v1", "PodMonitor")
+	gvkPrometheusRule = gvk("monitoring.coreos.com/v1", "PrometheusRule")
+)
+
+// observe is TestOperate's metrics and alerts (docs/metrics.md), on real
+// pods: a Database of a Composition whose input turns metrics on, with the
+// Prometheus Operator's own CRDs installed so that Crossplane, on its real
+// permissions, applies the PodMonitor and the PrometheusRule and the API
+// server validates them. A real Prometheus scrapes the exporters and
+// evaluates the PrometheusRule read back from the cluster.
+//
+//   - Metrics: every instance is scraped, with the labels the alerts
+//     select by; the primary and the standby say what they are, the
+//     standby streams, and no alert of the Database is pending or firing.
+//   - AlertFires: the standby's replication connection to the primary is
+//     cut (durability sync, so every commit waits): DatabaseWritesBlocked
+//     fires after its for:, StandbyNotStreaming is pending; healed, both
+//     resolve.
+func (s *suite) observe(t *testing.T, ns string) {
+	ctx := context.Background()
+	const comp, name = "database-real-metrics", "watched"
+	s.installMonitoringCRDs(t)
+	metrics := func(in map[string]any) {
+		in["metrics"] = map[string]any{"enabled": true, "image": exporterImage, "podMonitor": true, "alerts": true, "labels": map[string]any{"release": "e2e"}}
+	}
+	if err := s.applyComposition(ctx, comp, metrics); err != nil {
+		t.Fatal(err)
+	}
+	u := realDatabase(t, ns, name, "medium", map[string]any{"durability": "sync"})
+	if err := unstructured.SetNestedField(u.Object, comp, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.create(t, u)
+	defer s.removeDatabases(t, d)
+	xr := s.waitRealReady(t, d)
+	primary := str(xr, "status", "primary")
+	standby := name + "-1"
+	if primary == standby {
+		standby = name + "-0"
+	}
+
+	// What Crossplane applied, as the Prometheus Operator would read it.
+	pm, err := s.k.get(ctx, gvkPodMonitor, ns, name)
+	if err != nil {
+		t.Fatalf("PodMonitor %s/%s: %v", ns, name, err)
+	}
+	if got := pm.GetLabels()["release"]; got != "e2e" {
+		t.Errorf("PodMonitor label release = %q, want the input's e2e", got)
+	}
+	rules := s.ruleFile(t, ns, name)
+	p := s.startPrometheus(t, []string{rules})
+	sel := fmt.Sprintf(`namespace=%q,database=%q`, ns, name)
+
+	s.step(t, "Metrics", func(t *testing.T) {
+		eventually(t, time.Minute, "both instances scraped, pg_up 1", func() (bool, string) {
+			got, err := p.tryQuery(`pg_up{` + sel + `}`)
+			if err != nil {
+				return false, err.Error()
+			}
+			up := 0
+			for _, x := range got {
+				if x.Value == 1 {
+					up++
+				}
+			}
+			return up == 2, fmt.Sprintf("pg_up: %v", got)
+		})
+		roles := map[string]float64{}
+		for _, x := range p.query(t, `pg_replication_is_replica{`+sel+`}`) {
+			roles[x.Labels["pod"]] = x.Value
+		}
+		if roles[primary] != 0 || roles[standby] != 1 || len(roles) != 2 {
+			t.Errorf("pg_replication_is_replica by pod = %v, want %s 0 (status.primary) and %s 1", roles, primary, standby)
+		}
+		eventually(t, time.Minute, standby+" streaming, seen from the primary", func() (bool, string) {
+			got, err := p.tryQuery(`pg_stat_replication_pg_wal_lsn_diff{` + sel + `,state="streaming"}`)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(got) == 1 && got[0].Labels["pod"] == primary && got[0].Labels["application_name"] == standby, fmt.Sprintf("%v", got)
+		})
+		for _, q := range []string{
+			`pg_database_size_bytes{` + sel + `,datname="` + name + `"}`,
+			`pg_settings_max_connections{` + sel + `}`,
+			`sum(pg_stat_activity_count{` + sel + `})`,
+		} {
+			if got := p.query(t, q); len(got) == 0 {
+				t.Errorf("%s: no series", q)
+			} else {
+				t.Logf("%s = %v", q, got[0].Value)
+			}
+		}
+		// Rules evaluated before both instances were first scraped may be
+		// pending (one target seen, not the other); they must clear, and
+		// stay clear.
+		eventually(t, time.Minute, "no alert of "+name+" pending or firing", func() (bool, string) {
+			a := s.alertsOf(p, t, name)
+			return len(a) == 0, p.describe(a)
+		})
+		for range 5 {
+			// Rules run every 2 s: ten evaluations of a healthy Database.
+			time.Sleep(4 * time.Second)
+			if a := s.alertsOf(p, t, name); len(a) > 0 {
+				t.Fatalf("alerts on a healthy Database:\n%s", p.describe(a))
+			}
+		}
+	})
+
+	s.step(t, "AlertFires", func(t *testing.T) {
+		// Only the connections the standby opens to the primary's port:
+		// the primary's probe still reaches the standby (its replies
+		// come from port 5432), so the primary stays ready and no
+		// failover starts; only the stream stops.
+		// The standby streams from the rw Service (PRIMARY_HOST): in its
+		// network namespace the address is the Service's, before
+		// kube-proxy's DNAT; the primary's own address too, for a
+		// connection by its pod name.
+		pod, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, primary, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := s.k.cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules [][]string
+		for _, ip := range []string{svc.Spec.ClusterIP, pod.Status.PodIP} {
+			rules = append(rules, []string{"OUTPUT", "-d", ip, "-p", "tcp", "--dport", "5432", "-j", "REJECT", "--reject-with", "tcp-reset"})
+		}
+		for _, r := range rules {
+			if err := podIptables(standby, string(sb.UID), append([]string{"-A"}, r...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t0 := time.Now()
+		healed := false
+		heal := func() {
+			if healed {
+				return
+			}
+			healed = true
+			for _, r := range rules {
+				if err := podIptables(standby, string(sb.UID), append([]string{"-D"}, r...)...); err != nil {
+					t.Errorf("heal %s: %v", standby, err)
+				}
+			}
+		}
+		defer heal()
+		t.Logf("%s's connections to %s:5432 (Service %s, pod %s) refused", standby, primary, svc.Spec.ClusterIP, pod.Status.PodIP)
+		// The walsender on the primary ends once wal_sender_timeout (60 s)
+		// passes with no reply; then the alert's for: (1m).
+		a := p.waitAlert(t, "DatabaseWritesBlocked", map[string]string{"namespace": ns, "database": name}, "firing", 5*time.Minute)
+		t.Logf("DatabaseWritesBlocked firing %s after the cut (value %s)", time.Since(t0).Round(time.Second), a.Value)
+		if got := s.alertsOf(p, t, name); !hasAlert(got, "DatabaseStandbyNotStreaming") {
+			t.Errorf("DatabaseStandbyNotStreaming neither pending nor firing with the stream cut:\n%s", p.describe(got))
+		}
+		heal()
+		t1 := time.Now()
+		eventually(t, 3*time.Minute, "the alerts of "+name+" resolved once the stream is back", func() (bool, string) {
+			got := s.alertsOf(p, t, name)
+			return len(got) == 0, p.describe(got)
+		})
+		t.Logf("resolved %s after the heal", time.Since(t1).Round(time.Second))
+	})
+}
+
+// installMonitoringCRDs installs the Prometheus Operator's own CRDs of
+// PodMonitor and PrometheusRule (no operator: the test's Prometheus reads
+// the rules itself) and waits until the API server serves them.
+func (s *suite) installMonitoringCRDs(t *testing.T) {
+	t.Helper()
+	files, err := promcrds.Files(s.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, f := range files {
+		crd, err := readObject(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.k.apply(ctx, crd); err != nil {
+			t.Fatalf("apply %s: %v", filepath.Base(f), err)
+		}
+	}
+	if err := s.k.waitKind(ctx, gvkPodMonitor); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.k.waitKind(ctx, gvkPrometheusRule); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Prometheus Operator CRDs installed: %s", strings.Join(files, ", "))
+}
+
+// ruleFile writes the groups of the PrometheusRule Crossplane applied as a
+// Prometheus rule file, what the Prometheus Operator does for its server.
+func (s *suite) ruleFile(t *testing.T, ns, name string) string {
+	t.Helper()
+	var pr *unstructured.Unstructured
+	eventually(t, time.Minute, "PrometheusRule "+ns+"/"+name, func() (bool, string) {
+		var err error
+		pr, err = s.k.get(context.Background(), gvkPrometheusRule, ns, name)
+		return err == nil, errString(err)
+	})
+	groups, ok, err := unstructured.NestedSlice(pr.Object, "spec", "groups")
+	if err != nil || !ok || len(groups) == 0 {
+		t.Fatalf("PrometheusRule %s/%s has no groups: %v", ns, name, err)
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), name+".rules.yaml")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// alertsOf are the pending or firing alerts of one Database, by name.
+func (s *suite) alertsOf(p *prometheus, t *testing.T, db string) []alert {
+	t.Helper()
+	var out []alert
+	for _, a := range p.alerts(t) {
+		if a.Labels["database"] == db {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func hasAlert(as []alert, name string) bool {
+	for _, a := range as {
+		if a.Name == name {
+			return true
+		}
+	}
+	return false
+}
