@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,4 +247,77 @@ func typedAs[T any](t *testing.T, s *structpb.Struct) T {
 		t.Fatalf("decoded a %T", obj)
 	}
 	return out
+}
+
+// dashboard is what the tests read of example/monitoring/dashboard.json.
+type dashboard struct {
+	Panels []struct {
+		ID      int    `json:"id"`
+		Title   string `json:"title"`
+		GridPos struct {
+			X, W int
+		} `json:"gridPos"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// TestDashboard checks the Grafana dashboard a platform imports: every
+// panel's query is PromQL Prometheus's own parser takes (promtool check
+// rules, each query a recording rule), with its variables set as Grafana
+// sets them; panels fit the grid. TestOperate/Metrics runs the queries
+// against a real Prometheus scraping real exporters.
+func TestDashboard(t *testing.T) {
+	b, err := os.ReadFile("example/monitoring/dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("example/monitoring/dashboard.json: %v", err)
+	}
+	vars := strings.NewReplacer("$namespace", "shop", "$database", "ledger")
+	type rule struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []rule
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel %q: id %d taken", p.Title, p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.W <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q: gridPos x %d w %d outside Grafana's 24 columns", p.Title, p.GridPos.X, p.GridPos.W)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for i, q := range p.Targets {
+			rules = append(rules, rule{Record: fmt.Sprintf("dashboard:panel%d:query%d", p.ID, i), Expr: vars.Replace(q.Expr)})
+		}
+	}
+	if len(rules) == 0 {
+		t.Fatal("no queries in the dashboard")
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("FNDB_REQUIRE_TOOLS") != "" || os.Getenv("CI") != "" {
+			t.Fatal("promtool not found (hack/install-postgres.sh installs Debian's prometheus)")
+		}
+		t.Skip("promtool not found (hack/install-postgres.sh installs Debian's prometheus)")
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "dashboard.rules.yaml")
+	if err := os.WriteFile(f, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+		t.Errorf("a dashboard query is not PromQL: %v\n%s", err, msg)
+	}
 }

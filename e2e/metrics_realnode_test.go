@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,6 +113,7 @@ func (s *suite) observe(t *testing.T, ns string) {
 				t.Logf("%s = %v", q, got[0].Value)
 			}
 		}
+		s.dashboardQueries(t, p, ns, name)
 		// Rules evaluated before both instances were first scraped may be
 		// pending (one target seen, not the other); they must clear, and
 		// stay clear.
@@ -264,4 +266,52 @@ func hasAlert(as []alert, name string) bool {
 		}
 	}
 	return false
+}
+
+// dashboardQueries runs every query of the dashboard a platform imports
+// (example/monitoring/dashboard.json) as Grafana would for this Database:
+// each must run, and each that reads only the exporter's series must find
+// some (the kubelet's volume stats, kube-state-metrics and ALERTS are not
+// in this Prometheus, or empty on a healthy Database).
+func (s *suite) dashboardQueries(t *testing.T, p *prometheus, ns, name string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.root, "example", "monitoring", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.NewReplacer("$namespace", ns, "$database", name)
+	n := 0
+	for _, panel := range d.Panels {
+		for _, q := range panel.Targets {
+			expr := vars.Replace(q.Expr)
+			elsewhere := strings.Contains(expr, "kubelet_") || strings.Contains(expr, "kube_") || strings.Contains(expr, "ALERTS")
+			if elsewhere {
+				if _, err := p.tryQuery(expr); err != nil {
+					t.Errorf("panel %q: %s: %v", panel.Title, expr, err)
+				}
+				continue
+			}
+			// rate() needs two scrapes of a counter: wait for them.
+			eventually(t, time.Minute, fmt.Sprintf("panel %q has data", panel.Title), func() (bool, string) {
+				got, err := p.tryQuery(expr)
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(got) > 0, expr + ": no series"
+			})
+			n++
+		}
+	}
+	t.Logf("dashboard: %d queries of its %d panels have data (the rest read the kubelet, kube-state-metrics or ALERTS)", n, len(d.Panels))
 }
