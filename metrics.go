@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/reference"
@@ -25,6 +27,8 @@ type metricsConfig struct {
 	PodMonitor bool
 	Alerts     bool
 	Labels     map[string]string
+	// AllowedNamespaces may scrape the exporter, sorted, no duplicates.
+	AllowedNamespaces []string
 }
 
 const (
@@ -49,7 +53,12 @@ func resolveMetrics(p *field.Path, in *v1beta1.Metrics) (*metricsConfig, field.E
 	} else if reference.IsNameOnly(named) {
 		errs = append(errs, field.Invalid(p.Child("image"), m.Image, "must pin a tag or a digest, e.g. "+m.Image+":v0.17.1 (a bare repository runs whatever :latest is)"))
 	}
-	for k, v := range in.Labels {
+	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
+		v := in.Labels[k]
+		if strings.HasPrefix(k, "app.kubernetes.io/") {
+			errs = append(errs, field.Invalid(p.Child("labels").Key(k), k, "the app.kubernetes.io/ labels are the function's (they name the Database): use a key of your own, e.g. release"))
+			continue
+		}
 		for _, msg := range validation.IsQualifiedName(k) {
 			errs = append(errs, field.Invalid(p.Child("labels").Key(k), k, msg))
 		}
@@ -57,6 +66,12 @@ func resolveMetrics(p *field.Path, in *v1beta1.Metrics) (*metricsConfig, field.E
 			errs = append(errs, field.Invalid(p.Child("labels").Key(k), v, msg))
 		}
 	}
+	for i, ns := range in.AllowedNamespaces {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(p.Child("allowedNamespaces").Index(i), ns, msg))
+		}
+	}
+	m.AllowedNamespaces = slices.Compact(slices.Sorted(slices.Values(in.AllowedNamespaces)))
 	if !in.Enabled {
 		if in.PodMonitor || in.Alerts {
 			errs = append(errs, field.Invalid(p.Child("enabled"), false, "podMonitor and alerts need the exporter: set metrics.enabled to true"))
@@ -69,9 +84,10 @@ func resolveMetrics(p *field.Path, in *v1beta1.Metrics) (*metricsConfig, field.E
 // metricsContainer runs postgres_exporter beside PostgreSQL. It connects as
 // the superuser over the pod's socket: peer authentication maps the pod's
 // uid to it (entrypoint.sh's pg_hba.conf), so no password is mounted, and
-// no network connection is opened. It has no probes: a failing exporter
-// reports pg_up 0 or stops answering scrapes, which the alerts see; it must
-// not make the instance unready.
+// no TCP connection to PostgreSQL is opened. It has no probes: an exporter
+// that cannot reach the server reports pg_up 0, which the alerts see, and
+// a probe of its own would only add a way to make the instance unready (a
+// crash-looping exporter still does: docs/metrics.md, limits).
 func metricsContainer(db *database) corev1.Container {
 	return corev1.Container{
 		Name:            containerMetrics,
@@ -158,29 +174,62 @@ type alert struct {
 
 // Bounds of the alerts (docs/metrics.md says why each).
 const (
-	// lagBytesBound is half of max_slot_wal_keep_size (entrypoint.sh, 2GB):
-	// past it, the standby's slot is invalidated and it must be cloned
-	// again; half leaves the on-call time to act.
-	lagBytesBound = 1 << 30
-	// connectionsBound is the share of max_connections in use past which a
-	// burst refuses new sessions.
+	// slotSafeBound is half of max_slot_wal_keep_size (entrypoint.sh,
+	// 2GB): a slot with less WAL left than that before it is invalidated
+	// is a standby about to need cloning again; half leaves the on-call
+	// time to act.
+	slotSafeBound = 1 << 30
+	// connectionsBound is the share of the connections clients may open
+	// (max_connections less those reserved for superusers) past which a
+	// burst is refused.
 	connectionsBound = 0.9
 	// diskFreeBound is the share of the data volume left free past which
 	// PostgreSQL is close to PANIC on a full disk.
 	diskFreeBound = 0.1
-	// backupSlack is what a backup may take after its schedule fires.
-	backupSlack = time.Hour
+	// promotionSeconds is what a failover takes after the grace and the
+	// fence: the Job's start, the choice, pg_promote (docs/failover.md
+	// measures 30-60 s in all).
+	promotionSeconds = 60
 )
+
+// primaryMissingFor is how long a Database may have no primary before it
+// pages: longer than an automatic failover takes (the grace the input
+// sets, the fence, the promotion), so that a failover that works pages no
+// one, and never less than 2 minutes.
+func primaryMissingFor(db *database) time.Duration {
+	return max(2*time.Minute, time.Duration(int64(db.FailoverGrace)+desiredFence()+promotionSeconds)*time.Second)
+}
+
+// promDuration says a duration as Prometheus reads it: 2m, 2m31s.
+func promDuration(d time.Duration) string {
+	m, sec := int64(d/time.Minute), int64(d%time.Minute/time.Second)
+	if sec == 0 {
+		return fmt.Sprintf("%dm", m)
+	}
+	return fmt.Sprintf("%dm%ds", m, sec)
+}
 
 func alertRules(db *database, p *plan) []monitoringv1.Rule {
 	sel := fmt.Sprintf("namespace=%q,%s=%q", db.Namespace, metricsDatabaseLabel, db.Name)
 	instance := fmt.Sprintf("%s/%s", db.Namespace, db.Name)
+	// A standby streams when its own WAL receiver says so: a walsender on
+	// the primary also serves a clone's pg_basebackup, which acknowledges
+	// no commit.
+	const streaming = `pg_stat_wal_receiver_received_tli{S,status="streaming"}`
 	alerts := []alert{{
+		name: "DatabaseNotScraped",
+		// No series at all: every pod gone or Pending, or the PodMonitor
+		// not selected. Every other alert needs some series.
+		expr:     "absent(up{S})",
+		forDur:   "5m",
+		severity: "critical",
+		summary:  "no instance of Database " + instance + " is scraped",
+		action:   "kubectl get pods -l app.kubernetes.io/instance=" + db.Name + "; if they run, check that the Prometheus selects the PodMonitor (metrics.labels)",
+	}, {
 		name: "DatabasePrimaryMissing",
 		// Instances are scraped, none answers as a primary: writes fail.
-		// Longer than the automatic failover's grace and promotion.
-		expr:     "count(up{S}) unless count(pg_replication_is_replica{S} == 0)",
-		forDur:   "2m",
+		expr:     "count(up{S}) unless count(count by (pod) (pg_replication_is_replica{S} == 0))",
+		forDur:   promDuration(primaryMissingFor(db)),
 		severity: "critical",
 		summary:  "Database " + instance + " has no primary: writes fail",
 		action:   "kubectl describe database; the Failover condition says why no standby was promoted (docs/failover.md)",
@@ -188,7 +237,7 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 		name: "DatabaseTwoPrimaries",
 		// The fence (docs/failover.md) makes this impossible; if it
 		// fires, a write may be acknowledged on a deposed primary.
-		expr:     "count(pg_replication_is_replica{S} == 0) > 1",
+		expr:     "count(count by (pod) (pg_replication_is_replica{S} == 0)) > 1",
 		forDur:   "1m",
 		severity: "critical",
 		summary:  "Database " + instance + " has two instances answering as primary",
@@ -199,32 +248,35 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 		forDur:   "5m",
 		severity: "warning",
 		summary:  "instance {{ $labels.pod }} of Database " + instance + " does not answer",
-		action:   "kubectl logs {{ $labels.pod }} -c postgres; the Database's Ready and Failover conditions",
+		action:   "kubectl logs {{ $labels.pod }} -c postgres (a standby cloning does not answer until it has its copy); the Database's Ready and Failover conditions",
 	}}
 	if p.Replicas > 1 {
 		alerts = append(alerts, alert{
 			name: "DatabaseStandbyNotStreaming",
-			// Standbys up, fewer streaming from the primary: they fall
-			// behind and would lose what they have not received.
-			expr:     "count(pg_replication_is_replica{S} == 1) > (count(pg_stat_replication_pg_wal_lsn_diff{S,state=\"streaming\"}) or vector(0))",
+			// Standbys up, fewer of them streaming: they fall behind and
+			// would lose what they have not received.
+			expr:     "count(pg_replication_is_replica{S} == 1) > (count(" + streaming + ") or vector(0))",
 			forDur:   "5m",
 			severity: "warning",
 			summary:  "a standby of Database " + instance + " is not streaming from the primary",
 			action:   "kubectl logs <standby pod> -c postgres: a standby that cannot follow the primary's timeline says so (docs/failover.md, rejoin)",
 		}, alert{
-			name:     "DatabaseReplicationLag",
-			expr:     fmt.Sprintf("max(pg_stat_replication_pg_wal_lsn_diff{S}) > %d", lagBytesBound),
+			name: "DatabaseSlotNearlyLost",
+			// A slot's WAL left before max_slot_wal_keep_size invalidates
+			// it, on the primary: it falls whether its standby lags or is
+			// disconnected.
+			expr:     fmt.Sprintf("min by (slot_name) (pg_replication_slot_safe_wal_size_bytes{S} and on (pod) pg_replication_is_replica{S} == 0) < %d", slotSafeBound),
 			forDur:   "5m",
 			severity: "warning",
-			summary:  "a standby of Database " + instance + " is {{ $value | humanize1024 }}B behind the primary",
-			action:   "past 2GiB its replication slot is dropped and it must be cloned again; check its node and volume",
+			summary:  "replication slot {{ $labels.slot_name }} of Database " + instance + " has {{ $value | humanize1024 }}B of WAL left before it is invalidated",
+			action:   "its standby lags or is gone: once invalidated the standby must be cloned again; a slot of an instance scaled away can be dropped (pg_drop_replication_slot)",
 		})
 		if db.Durability == durabilitySync {
 			alerts = append(alerts, alert{
 				name: "DatabaseWritesBlocked",
 				// durability sync: a commit waits for a standby's
 				// acknowledgement, so with none streaming every write hangs.
-				expr:     "count(pg_replication_is_replica{S} == 0) unless count(pg_stat_replication_pg_wal_lsn_diff{S,state=\"streaming\"})",
+				expr:     "count(count by (pod) (pg_replication_is_replica{S} == 0)) unless count(" + streaming + ")",
 				forDur:   "1m",
 				severity: "critical",
 				summary:  "Database " + instance + " (durability sync) has no standby streaming: every commit waits",
@@ -234,10 +286,10 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 	}
 	alerts = append(alerts, alert{
 		name:     "DatabaseConnectionsNearLimit",
-		expr:     fmt.Sprintf("sum by (pod) (pg_stat_activity_count{S}) > on (pod) %g * max by (pod) (pg_settings_max_connections{S})", connectionsBound),
+		expr:     fmt.Sprintf("sum by (pod) (pg_stat_activity_count{S}) > on (pod) %g * max by (pod) (pg_settings_max_connections{S} - on (pod, namespace, database) pg_settings_superuser_reserved_connections{S})", connectionsBound),
 		forDur:   "5m",
 		severity: "warning",
-		summary:  "instance {{ $labels.pod }} of Database " + instance + " uses over 90% of max_connections",
+		summary:  "instance {{ $labels.pod }} of Database " + instance + " uses over 90% of the connections clients may open",
 		action:   "find the client holding sessions (pg_stat_activity), or a larger spec.size",
 	}, alert{
 		name: "DatabaseDiskFilling",
@@ -262,14 +314,17 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 	if db.Backup.Enabled {
 		if gap, ok := scheduleGap(db.Backup.Schedule); ok {
 			bound := gap + backupSlack
+			last := fmt.Sprintf("kube_cronjob_status_last_successful_time{namespace=%q,cronjob=%q}", db.Namespace, backupName(db))
+			created := fmt.Sprintf("kube_cronjob_created{namespace=%q,cronjob=%q}", db.Namespace, backupName(db))
 			alerts = append(alerts, alert{
 				name: "DatabaseBackupTooOld",
 				// kube-state-metrics' CronJob series: the backup runs in a
-				// Job, not in PostgreSQL.
-				expr:     fmt.Sprintf("time() - kube_cronjob_status_last_successful_time{namespace=%q,cronjob=%q} > %d", db.Namespace, backupName(db), int64(bound.Seconds())),
+				// Job, not in PostgreSQL. A CronJob that never succeeded
+				// has no last success: its age counts from its creation.
+				expr:     fmt.Sprintf("time() - %s > %d or (time() - %s > %d unless on (namespace, cronjob) %s)", last, int64(bound.Seconds()), created, int64(bound.Seconds()), last),
 				forDur:   "10m",
 				severity: "warning",
-				summary:  fmt.Sprintf("the last backup of Database %s succeeded over %s ago (schedule %s)", instance, hoursMinutes(bound), db.Backup.Schedule),
+				summary:  fmt.Sprintf("no backup of Database %s has succeeded for over %s (schedule %s)", instance, hoursMinutes(bound), db.Backup.Schedule),
 				action:   "kubectl get jobs -l app.kubernetes.io/component=backup; the BackupHealthy condition says why",
 			})
 		}
@@ -290,19 +345,44 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 	return rules
 }
 
-// scheduleGap is the longest time between two runs of a cron schedule, from
-// a fixed instant (the function reads no clock): a backup older than that,
-// plus the time a backup takes, was missed.
+// backupSlack is how late a backup may end after its schedule fires: a
+// missed start may run an hour late (the backup CronJob's
+// startingDeadlineSeconds) and a run may take until its deadline.
+const backupSlack = time.Hour + backupDeadline
+
+// scheduleGaps caches scheduleGap by schedule: the same few schedules come
+// on every reconcile. Bounded, as the schedules are the users'.
+var scheduleGaps = struct {
+	sync.Mutex
+	m map[string]time.Duration
+}{m: map[string]time.Duration{}}
+
+const maxScheduleGaps = 1024
+
+// scheduleGap is the longest time between two runs of a cron schedule, over
+// eight days from a fixed instant (the function reads no clock): a week's
+// pattern at any frequency, weekends included. A backup older than that,
+// plus the time a backup may take, was missed.
 func scheduleGap(schedule string) (time.Duration, bool) {
+	scheduleGaps.Lock()
+	gap, ok := scheduleGaps.m[schedule]
+	scheduleGaps.Unlock()
+	if ok {
+		return gap, true
+	}
 	s, err := cronParser.Parse(schedule)
 	if err != nil {
 		return 0, false
 	}
-	t := s.Next(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	var gap time.Duration
-	// Enough runs to see a week's pattern at any frequency that matters
-	// for a backup, few enough to cost nothing.
-	for range 400 {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := start.Add(8 * 24 * time.Hour)
+	t := s.Next(start)
+	if t.IsZero() {
+		return 0, false
+	}
+	// At least two gaps: a schedule rarer than the window (@yearly) still
+	// has its own.
+	for i := 0; i < 2 || t.Before(end); i++ {
 		n := s.Next(t)
 		if n.IsZero() {
 			return 0, false
@@ -310,6 +390,11 @@ func scheduleGap(schedule string) (time.Duration, bool) {
 		gap = max(gap, n.Sub(t))
 		t = n
 	}
+	scheduleGaps.Lock()
+	if len(scheduleGaps.m) < maxScheduleGaps {
+		scheduleGaps.m[schedule] = gap
+	}
+	scheduleGaps.Unlock()
 	return gap, true
 }
 

@@ -80,7 +80,7 @@ func TestMetricsComposed(t *testing.T) {
 	for _, r := range pr.Spec.Groups[0].Rules {
 		alerts = append(alerts, r.Alert)
 	}
-	want := []string{"DatabasePrimaryMissing", "DatabaseTwoPrimaries", "DatabaseInstanceDown", "DatabaseStandbyNotStreaming", "DatabaseReplicationLag", "DatabaseWritesBlocked", "DatabaseConnectionsNearLimit", "DatabaseDiskFilling", "DatabaseArchiveFailing", "DatabaseBackupTooOld"}
+	want := []string{"DatabaseNotScraped", "DatabasePrimaryMissing", "DatabaseTwoPrimaries", "DatabaseInstanceDown", "DatabaseStandbyNotStreaming", "DatabaseSlotNearlyLost", "DatabaseWritesBlocked", "DatabaseConnectionsNearLimit", "DatabaseDiskFilling", "DatabaseArchiveFailing", "DatabaseBackupTooOld"}
 	if d := cmp.Diff(want, alerts); d != "" {
 		t.Errorf("alerts of a sync Database with standbys, an archive and backups (-want +got):\n%s", d)
 	}
@@ -97,7 +97,7 @@ spec: {version: "16", size: small}
 	for _, r := range pr.Spec.Groups[0].Rules {
 		alerts = append(alerts, r.Alert)
 	}
-	want = []string{"DatabasePrimaryMissing", "DatabaseTwoPrimaries", "DatabaseInstanceDown", "DatabaseConnectionsNearLimit", "DatabaseDiskFilling", "DatabaseArchiveFailing"}
+	want = []string{"DatabaseNotScraped", "DatabasePrimaryMissing", "DatabaseTwoPrimaries", "DatabaseInstanceDown", "DatabaseConnectionsNearLimit", "DatabaseDiskFilling", "DatabaseArchiveFailing"}
 	if d := cmp.Diff(want, alerts); d != "" {
 		t.Errorf("alerts of one instance without backups (-want +got):\n%s", d)
 	}
@@ -130,6 +130,7 @@ func TestInputBadMetrics(t *testing.T) {
 		{"an untagged image", `{enabled: true, image: registry.example.com/postgres-exporter}`, []string{"input.metrics.image"}},
 		{"not an image", `{enabled: true, image: "Not An Image:"}`, []string{"input.metrics.image"}},
 		{"a bad label", `{enabled: true, podMonitor: true, labels: {"bad key!": x}}`, []string{"input.metrics.labels[bad key!]"}},
+		{"the function's label", `{enabled: true, podMonitor: true, labels: {app.kubernetes.io/instance: x}}`, []string{"input.metrics.labels[app.kubernetes.io/instance]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := yamlStruct(t, "apiVersion: database.fn.example.com/v1beta1\nkind: Input\nmetrics: "+tc.metrics)
@@ -151,6 +152,8 @@ func TestScheduleGap(t *testing.T) {
 		{"0 2 * * 1-5", 72 * time.Hour}, // Friday to Monday
 		{"@weekly", 7 * 24 * time.Hour},
 		{"30 1,13 * * *", 12 * time.Hour},
+		{"*/5 * * * 1-5", 48*time.Hour + 5*time.Minute}, // the weekend, seen past 400 runs
+		{"@yearly", 366 * 24 * time.Hour}, // 2028 is a leap year
 	} {
 		got, ok := scheduleGap(tc.schedule)
 		if !ok || got != tc.want {

@@ -31,25 +31,18 @@ func podDisruptionBudget(db *database) *policyv1.PodDisruptionBudget {
 // the namespaces the platform team allows.
 func networkPolicy(db *database) *networkingv1.NetworkPolicy {
 	port := intstr.FromString(portName)
-	peers := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
-	if len(db.AllowedNamespaces) > 0 {
-		peers = append(peers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
-			MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: labelNamespaceName, Operator: metav1.LabelSelectorOpIn, Values: db.AllowedNamespaces,
-			}},
-		}})
-	}
 	ingress := []networkingv1.NetworkPolicyIngressRule{{
 		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &port}},
-		From:  peers,
+		From:  namespacePeers(db.AllowedNamespaces),
 	}}
 	if db.Metrics != nil {
-		// Scraped from wherever Prometheus runs (another namespace, the
-		// host network): the port serves counters and sizes, no data and
-		// no credentials.
+		// Scraped from the namespaces the input names (where Prometheus
+		// runs) and the Database's own: the exporter's /probe answers any
+		// DSN with what the superuser sees of it, so no one else.
 		metrics := intstr.FromString(metricsPortName)
 		ingress = append(ingress, networkingv1.NetworkPolicyIngressRule{
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: &metrics}},
+			From:  namespacePeers(db.Metrics.AllowedNamespaces),
 		})
 	}
 	return &networkingv1.NetworkPolicy{
@@ -65,4 +58,18 @@ func networkPolicy(db *database) *networkingv1.NetworkPolicy {
 			Ingress:     ingress,
 		},
 	}
+}
+
+// namespacePeers are the pods of the Database's own namespace and of the
+// namespaces named.
+func namespacePeers(namespaces []string) []networkingv1.NetworkPolicyPeer {
+	peers := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+	if len(namespaces) > 0 {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: labelNamespaceName, Operator: metav1.LabelSelectorOpIn, Values: namespaces,
+			}},
+		}})
+	}
+	return peers
 }

@@ -102,6 +102,14 @@ func (s *suite) observe(t *testing.T, ns string) {
 			}
 			return len(got) == 1 && got[0].Labels["pod"] == primary && got[0].Labels["application_name"] == standby, fmt.Sprintf("%v", got)
 		})
+		// And from the standby's own receiver, which the alerts read.
+		eventually(t, time.Minute, standby+"'s WAL receiver streaming", func() (bool, string) {
+			got, err := p.tryQuery(`pg_stat_wal_receiver_received_tli{` + sel + `,status="streaming"}`)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(got) == 1 && got[0].Labels["pod"] == standby, fmt.Sprintf("%v", got)
+		})
 		for _, q := range []string{
 			`pg_database_size_bytes{` + sel + `,datname="` + name + `"}`,
 			`pg_settings_max_connections{` + sel + `}`,
@@ -175,8 +183,8 @@ func (s *suite) observe(t *testing.T, ns string) {
 		}
 		defer heal()
 		t.Logf("%s's connections to %s:5432 (Service %s, pod %s) refused", standby, primary, svc.Spec.ClusterIP, pod.Status.PodIP)
-		// The walsender on the primary ends once wal_sender_timeout (60 s)
-		// passes with no reply; then the alert's for: (1m).
+		// The standby's WAL receiver stops streaming at once (its next
+		// send is refused); then the alert's for: (1m).
 		a := p.waitAlert(t, "DatabaseWritesBlocked", map[string]string{"namespace": ns, "database": name}, "firing", 5*time.Minute)
 		t.Logf("DatabaseWritesBlocked firing %s after the cut (value %s)", time.Since(t0).Round(time.Second), a.Value)
 		if got := s.alertsOf(p, t, name); !hasAlert(got, "DatabaseStandbyNotStreaming") {

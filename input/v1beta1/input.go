@@ -119,6 +119,14 @@ type Metrics struct {
 	// +optional
 	Alerts bool `json:"alerts,omitempty"`
 
+	// AllowedNamespaces are the namespaces whose pods may scrape the
+	// exporter, where Prometheus runs (e.g. monitoring); the Database's own
+	// namespace always may. The NetworkPolicy admits no one else to the
+	// metrics port: the exporter answers any DSN on /probe with what the
+	// superuser sees of it (statistics and names, not rows).
+	// +optional
+	AllowedNamespaces []string `json:"allowedNamespaces,omitempty"`
+
 	// Labels are added to the PodMonitor and the PrometheusRule, for the
 	// Prometheus's ruleSelector and podMonitorSelector (e.g.
 	// release: prometheus).
