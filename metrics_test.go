@@ -153,7 +153,7 @@ func TestScheduleGap(t *testing.T) {
 		{"@weekly", 7 * 24 * time.Hour},
 		{"30 1,13 * * *", 12 * time.Hour},
 		{"*/5 * * * 1-5", 48*time.Hour + 5*time.Minute}, // the weekend, seen past 400 runs
-		{"@yearly", 366 * 24 * time.Hour}, // 2028 is a leap year
+		{"@yearly", 366 * 24 * time.Hour},               // 2028 is a leap year
 	} {
 		got, ok := scheduleGap(tc.schedule)
 		if !ok || got != tc.want {
