@@ -174,11 +174,12 @@ type alert struct {
 
 // Bounds of the alerts (docs/metrics.md says why each).
 const (
-	// slotSafeBound is half of max_slot_wal_keep_size (entrypoint.sh,
-	// 2GB): a slot with less WAL left than that before it is invalidated
-	// is a standby about to need cloning again; half leaves the on-call
-	// time to act.
-	slotSafeBound = 1 << 30
+	// slotSafeShare is the share of max_slot_wal_keep_size (an eighth of
+	// the data volume, at most 2GB: walSettings, or the tier's own) below
+	// which a slot's WAL left is a standby about to need cloning again;
+	// half leaves the on-call time to act. Read from the instance's own
+	// setting, since it follows the volume and a tier may change it.
+	slotSafeShare = 0.5
 	// connectionsBound is the share of the connections clients may open
 	// (max_connections less those reserved for superusers) past which a
 	// burst is refused.
@@ -265,7 +266,8 @@ func alertRules(db *database, p *plan) []monitoringv1.Rule {
 			// A slot's WAL left before max_slot_wal_keep_size invalidates
 			// it, on the primary: it falls whether its standby lags or is
 			// disconnected.
-			expr:     fmt.Sprintf("min by (slot_name) (pg_replication_slot_safe_wal_size_bytes{S} and on (pod) pg_replication_is_replica{S} == 0) < %d", slotSafeBound),
+			expr: fmt.Sprintf("min by (slot_name) ((pg_replication_slot_safe_wal_size_bytes{S} < on (pod) group_left () (%g * pg_settings_max_slot_wal_keep_size_bytes{S}))"+
+				" and on (pod) pg_replication_is_replica{S} == 0)", slotSafeShare),
 			forDur:   "5m",
 			severity: "warning",
 			summary:  "replication slot {{ $labels.slot_name }} of Database " + instance + " has {{ $value | humanize1024 }}B of WAL left before it is invalidated",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -122,6 +123,14 @@ func (s *suite) observe(t *testing.T, ns string) {
 			}
 		}
 		s.dashboardQueries(t, p, ns, name)
+		// Every exporter series an alert reads exists on the real pods: a
+		// rule over a series the exporter does not serve never fires, and
+		// one compared with a bound it cannot read fires for nothing.
+		for _, m := range exporterSeries(t, rules) {
+			if got := p.query(t, `count(`+m+`{`+sel+`})`); len(got) == 0 {
+				t.Errorf("the alerts read %s, which no instance of %s exports", m, name)
+			}
+		}
 		// Rules evaluated before both instances were first scraped may be
 		// pending (one target seen, not the other); they must clear, and
 		// stay clear.
@@ -253,6 +262,43 @@ func (s *suite) ruleFile(t *testing.T, ns, name string) string {
 	}
 	return f
 }
+
+// exporterSeries are the names of the exporter's series (pg_...) the rules
+// in file read (their expressions, not the sentences), sorted.
+func exporterSeries(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct{ Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			for _, m := range exporterName.FindAllString(r.Expr, -1) {
+				names[m] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(names))
+	for m := range names {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		t.Fatalf("%s reads no exporter series", file)
+	}
+	return out
+}
+
+var exporterName = regexp.MustCompile(`\bpg_[a-z_]+\b`)
 
 // alertsOf are the pending or firing alerts of one Database, by name.
 func (s *suite) alertsOf(p *prometheus, t *testing.T, db string) []alert {
