@@ -269,8 +269,9 @@ func (x *crossplane) restartCore() error {
 	return x.core.start()
 }
 
-// The package objects the suite applies, typed: pkg.crossplane.io/v1beta1
-// ImageConfig and pkg.crossplane.io/v1 Configuration (only the fields used).
+// The package object the suite applies, typed: pkg.crossplane.io/v1beta1
+// ImageConfig (only the fields used; README's commands apply the
+// Configuration).
 type (
 	imageConfig struct {
 		metav1.TypeMeta   `json:",inline"`
@@ -288,14 +289,6 @@ type (
 	imageRewrite struct {
 		Prefix string `json:"prefix"`
 	}
-	configuration struct {
-		metav1.TypeMeta   `json:",inline"`
-		metav1.ObjectMeta `json:"metadata"`
-		Spec              configurationSpec `json:"spec"`
-	}
-	configurationSpec struct {
-		Package string `json:"package"`
-	}
 )
 
 func toUnstructured(obj any) (*unstructured.Unstructured, error) {
@@ -306,16 +299,16 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-// installPackages installs the pushed Configuration as a platform team does,
-// through Crossplane's package manager: an ImageConfig points pkgHost at the
-// loopback registry (a mirror), then the Configuration is applied; core
-// pulls it, resolves its dependency (creating the Function, named after the
-// dependency's repository, at the highest tag the constraint allows) and
-// installs both revisions, the XRD and Composition among the
-// Configuration's objects. With the External runtime nothing runs the
-// function or sets its revision's endpoint: the function runs here as a
-// process, and we give the revision its address and TLS Secret.
-func (x *crossplane) installPackages(ctx context.Context, reg *ociRegistry) error {
+// preparePackages readies the cluster for installing the packages as a
+// platform team does (README's Install section, readmeInstall), through
+// Crossplane's package manager: an ImageConfig points pkgHost at the
+// loopback registry (a mirror: core's pulls need no name resolution), and
+// the TLS Secret the function serves with. Core then pulls the
+// Configuration, resolves its dependency (creating the Function, named
+// after the dependency's repository, at the highest tag the constraint
+// allows) and installs both revisions, the XRD and Composition among the
+// Configuration's objects.
+func (x *crossplane) preparePackages(ctx context.Context, reg *ociRegistry) error {
 	k := x.cl.kube
 	cs := k.cs
 	sec := &corev1.Secret{
@@ -347,25 +340,22 @@ func (x *crossplane) installPackages(ctx context.Context, reg *ociRegistry) erro
 	if _, err := k.apply(ctx, ic); err != nil {
 		return fmt.Errorf("apply ImageConfig: %w", err)
 	}
-	cfg, err := toUnstructured(&configuration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: gvkConfiguration.GroupVersion().String(), Kind: gvkConfiguration.Kind},
-		ObjectMeta: metav1.ObjectMeta{Name: cfgName},
-		Spec:       configurationSpec{Package: cfgPackage + ":" + pkgVersion},
-	})
-	if err != nil {
-		return err
-	}
-	if _, err := k.apply(ctx, cfg); err != nil {
-		return fmt.Errorf("apply Configuration: %w", err)
-	}
+	return nil
+}
 
-	// Until both are Installed and Healthy: give the Function's active
-	// revision the function's endpoint and mark its runtime healthy, again
-	// whenever core overwrites a status it read before our update.
+// servePackages does what a function's runtime would, until the
+// Configuration and its Function are both Installed and Healthy (or ctx
+// ends): with the External runtime nothing runs the function or sets its
+// revision's endpoint, so the function runs here as a process, and we give
+// the revision its address and TLS Secret.
+func (x *crossplane) servePackages(ctx context.Context) error {
+	k := x.cl.kube
 	endpoint := x.fnAddr
 	var last string
-	deadline := time.Now().Add(180 * time.Second)
-	for time.Now().Before(deadline) {
+	// Give the Function's active revision the function's endpoint and mark
+	// its runtime healthy, again whenever core overwrites a status it read
+	// before our update.
+	for ctx.Err() == nil {
 		if ended, err := x.core.exited(); ended {
 			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.tail(30))
 		}
@@ -409,9 +399,12 @@ func (x *crossplane) installPackages(ctx context.Context, reg *ociRegistry) erro
 		if cfgReady && fnReady {
 			return nil
 		}
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy within 180s: %s", cfgName, last)
+	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy: %s", cfgName, last)
 }
 
 func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, error) {

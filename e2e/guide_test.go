@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,30 +20,16 @@ const guideSection = "## Running it as a platform team"
 
 // guideCommands reads the command lines of the section's sh blocks, in order.
 func guideCommands(readme string) ([]string, error) {
-	f, err := os.Open(readme)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+	blocks, err := readmeBlocks(readme, guideSection)
 	var out []string
-	in, block := false, false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == guideSection:
-			in = true
-		case in && strings.HasPrefix(line, "## "):
-			return out, sc.Err()
-		case in && line == "```sh":
-			block = true
-		case in && block && line == "```":
-			block = false
-		case in && block && strings.TrimSpace(line) != "":
-			out = append(out, strings.TrimSpace(line))
+	for _, b := range blocks {
+		for _, line := range strings.Split(b, "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				out = append(out, line)
+			}
 		}
 	}
-	return out, sc.Err()
+	return out, err
 }
 
 // TestPlatformGuide runs the commands of the README's platform-team section

@@ -200,20 +200,26 @@ func (s *suite) example(parts ...string) string {
 	return filepath.Join(append([]string{dir}, parts...)...)
 }
 
-// install installs the Database API as the README's install steps do: the
-// project's ClusterRole for core, then the Configuration from the registry,
-// which brings the v2 XRD and Composition and, as its dependency, the
-// function (the legacy pair is applied by the LegacyClaim scenario, so that
-// a problem there fails only that scenario).
+// install installs the Database API by README's Install section, run
+// verbatim (readmeInstall): the project's ClusterRole for core, then the
+// Configuration pushed to and pulled from the registry, which brings the v2
+// XRD and Composition and, as its dependency, the function (the legacy pair
+// is applied by the LegacyClaim scenario, so that a problem there fails
+// only that scenario). Then it checks what the section leaves and removes
+// the example Database it applied.
 func (s *suite) install(ctx context.Context) error {
 	t0 := time.Now()
+	if err := s.xp.preparePackages(ctx, s.reg); err != nil {
+		return err
+	}
+	if err := s.readmeInstall(ctx); err != nil {
+		return err
+	}
+	logf("Configuration %s and Function %s installed by README's commands (%s)", cfgName, s.xp.fnName, time.Since(t0).Round(time.Millisecond))
+	// What README's apply of example/rbac.yaml must have granted.
 	if err := s.applyCoreRole(ctx); err != nil {
 		return err
 	}
-	if err := s.xp.installPackages(ctx, s.reg); err != nil {
-		return err
-	}
-	logf("Configuration %s and Function %s installed from %s (%s)", cfgName, s.xp.fnName, s.reg.addr, time.Since(t0).Round(time.Millisecond))
 	xrd, err := readObject(s.example("xrd.yaml"))
 	if err != nil {
 		return err
@@ -231,7 +237,25 @@ func (s *suite) install(ctx context.Context) error {
 		return err
 	}
 	logf("XRD %s from the Configuration established (%s)", xrd.GetName(), time.Since(t0).Round(time.Millisecond))
-	return nil
+	// The section ends with a Database applied: it is there; the scenarios
+	// start without it.
+	if _, err := s.k.get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil {
+		return fmt.Errorf("the Database README's install applies: %w", err)
+	}
+	if err := s.k.delete(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	for {
+		_, err := s.k.get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName())
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("Database %s/%s from README's install not gone: %w", o.GetNamespace(), o.GetName(), wctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // useInstalledFunction points every pipeline step of a Composition applied

@@ -74,7 +74,7 @@ func fromUnstructured(t *testing.T, u *unstructured.Unstructured, v any) {
 }
 
 // TestDatabasePackages checks what the suite's setup installed through
-// Crossplane's package manager (crossplane.installPackages), which every
+// Crossplane's package manager (README's Install, readmeInstall), which every
 // other scenario composes with: the Configuration pulled from the loopback
 // registry through the ImageConfig, its dependency resolved to the highest
 // tag its constraint allows, the function's revision made from the pulled

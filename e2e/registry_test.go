@@ -18,7 +18,7 @@ import (
 )
 
 const (
-	// pkgVersion is the release the suite pushes; pkgBeyond is a tag of the
+	// pkgVersion is the release README's install pushes; pkgBeyond is a tag of the
 	// same function outside the Configuration's constraint (">=v0.1.0,
 	// <v1.0.0"), which the package manager must not pick.
 	pkgVersion = "v0.1.0"
@@ -37,8 +37,12 @@ const (
 type ociRegistry struct {
 	addr   string // 127.0.0.1:PORT
 	caFile string // the CA's certificate, PEM
+	ca     *ca
 	srv    *http.Server
 	done   chan error
+	// named serves the same repositories under a registry's own name (the
+	// README's install pushes to it), when asked.
+	named *http.Server
 }
 
 func startRegistry(dir string) (*ociRegistry, error) {
@@ -50,7 +54,7 @@ func startRegistry(dir string) (*ociRegistry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &ociRegistry{caFile: filepath.Join(dir, "ca.crt"), done: make(chan error, 1)}
+	r := &ociRegistry{caFile: filepath.Join(dir, "ca.crt"), ca: authority, done: make(chan error, 1)}
 	if err := os.WriteFile(r.caFile, authority.certPEM, 0o644); err != nil {
 		return nil, err
 	}
@@ -104,8 +108,39 @@ func (r *ociRegistry) stop() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if r.named != nil {
+		_ = r.named.Shutdown(ctx)
+	}
 	_ = r.srv.Shutdown(ctx)
 	<-r.done
+}
+
+// serveAs serves the same repositories on ip:443 under the name host, with
+// a certificate for that name from the registry's CA: what a client that
+// resolves host to ip (a hosts file) and trusts the CA sees as the real
+// registry. Its errors after the start land in the registry's log.
+func (r *ociRegistry) serveAs(host, ip string) error {
+	crt, key, err := r.ca.issue(certSpec{cn: host, dns: []string{host}, server: true})
+	if err != nil {
+		return err
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "443"))
+	if err != nil {
+		return err
+	}
+	r.named = &http.Server{
+		Handler:           r.srv.Handler,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12},
+		TLSNextProto:      r.srv.TLSNextProto, // HTTP/1.1 only, as above
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          r.srv.ErrorLog,
+	}
+	go func() { _ = r.named.ServeTLS(ln, "", "") }()
+	return nil
 }
 
 // mirror is where the registry holds what names ref (a package under
@@ -133,8 +168,8 @@ func packages(ctx context.Context, root, out, examples, logDir, crossplaneBin, c
 }
 
 // push pushes the packages with hack/push.sh (the crossplane CLI) over
-// HTTPS, trusting the registry's CA: the function's index as pkgVersion and
-// as pkgBeyond, the Configuration as pkgVersion.
+// HTTPS, trusting the registry's CA: the function's index as pkgBeyond
+// (pkgVersion of both is README's install's to push).
 func (r *ociRegistry) push(ctx context.Context, root, out, logDir, crossplaneBin string) error {
 	logPath := filepath.Join(logDir, "push.log")
 	env := []string{
@@ -146,8 +181,9 @@ func (r *ociRegistry) push(ctx context.Context, root, out, logDir, crossplaneBin
 		// TLS only).
 		"SSL_CERT_FILE=" + r.caFile,
 	}
+	// pkgVersion of both comes from README's install (readmeInstall),
+	// pushed under the packages' own names.
 	for _, args := range [][]string{
-		{r.mirror(fnPackage) + ":" + pkgVersion, r.mirror(cfgPackage) + ":" + pkgVersion},
 		{r.mirror(fnPackage) + ":" + pkgBeyond},
 	} {
 		if err := run(ctx, logPath, root, env, filepath.Join(root, "hack", "push.sh"), args...); err != nil {

@@ -1,0 +1,160 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// installSection is the README section a platform team follows to install
+// the packages; the suite installs them by running its commands.
+const installSection = "## Install"
+
+// readmeBlocks reads the sh blocks of one README section, in order, each
+// as its text.
+func readmeBlocks(readme, section string) ([]string, error) {
+	f, err := os.Open(readme)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	var block *strings.Builder
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == section:
+			in = true
+		case in && strings.HasPrefix(line, "## "):
+			return out, sc.Err()
+		case in && block == nil && line == "```sh":
+			block = &strings.Builder{}
+		case in && block != nil && line == "```":
+			out = append(out, block.String())
+			block = nil
+		case in && block != nil:
+			block.WriteString(line + "\n")
+		}
+	}
+	return out, sc.Err()
+}
+
+// registryIP is where the README's registry name points during its
+// install: a loopback address of its own, so that the name's port 443 is
+// free whatever else listens here.
+const registryIP = "127.0.0.2"
+
+// readmeInstall runs README's Install section on the fresh cluster, every
+// command unchanged and in order, each block as one bash script with
+// errexit (a failing command stops it), from the repository root with the
+// pinned kubectl and crossplane CLI on PATH. What only a test needs is
+// around it, never in it:
+//   - the README pushes to xpkg.example.test: the blocks run in a mount
+//     namespace of their own whose /etc/hosts points that name at
+//     registryIP, where the suite's registry answers under that name
+//     (serveAs), trusted through SSL_CERT_FILE; the push is the only
+//     place v0.1.0 of either package comes from;
+//   - core pulls through the suite's ImageConfig (preparePackages), and
+//     servePackages runs beside the blocks as a function runtime would, so
+//     that README's kubectl wait for a Healthy Configuration can pass.
+//
+// The Database the section applies last is then checked Ready on kwok and
+// deleted, so the scenarios start from an installed, empty cluster.
+func (s *suite) readmeInstall(ctx context.Context) error {
+	blocks, err := readmeBlocks(filepath.Join(s.root, "README.md"), installSection)
+	if err != nil {
+		return err
+	}
+	if len(blocks) == 0 {
+		return fmt.Errorf("no sh blocks in README.md's %q", installSection)
+	}
+	host := strings.TrimSuffix(pkgHost, "/")
+	if err := s.reg.serveAs(host, registryIP); err != nil {
+		return fmt.Errorf("registry as %s: %w", host, err)
+	}
+	dir := filepath.Join(s.dir, "install")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hosts, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		return err
+	}
+	hostsFile := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hostsFile, append(hosts, []byte("\n"+registryIP+" "+host+"\n")...), 0o644); err != nil {
+		return err
+	}
+	logPath := filepath.Join(s.dir, "logs", "install.log")
+
+	// A runtime that gives up stops the blocks (README's wait would
+	// otherwise wait its 10 minutes).
+	sctx, stop := context.WithTimeout(ctx, 15*time.Minute)
+	defer stop()
+	var serveErr error
+	served := make(chan struct{})
+	go func() {
+		if serveErr = s.xp.servePackages(sctx); serveErr != nil {
+			stop()
+		}
+		close(served)
+	}()
+	for i, b := range blocks {
+		t0 := time.Now()
+		script := filepath.Join(dir, fmt.Sprintf("block-%d.sh", i+1))
+		if err := os.WriteFile(script, []byte(b), 0o644); err != nil {
+			return err
+		}
+		if err := s.runIsolated(sctx, logPath, hostsFile, script); err != nil {
+			stop()
+			<-served
+			if serveErr != nil {
+				err = fmt.Errorf("%w (and the runtime: %s)", err, serveErr.Error())
+			}
+			return fmt.Errorf("README.md %q, block %d: %w\n%s\n%s", installSection, i+1, err, b, tailFile(logPath, 40))
+		}
+		logf("README install block %d of %d ran verbatim (%s)", i+1, len(blocks), time.Since(t0).Round(time.Millisecond))
+	}
+	<-served
+	return serveErr
+}
+
+// runIsolated runs script with bash -e in a mount namespace whose
+// /etc/hosts is hostsFile, trusting only the registry's CA, against the
+// suite's cluster. HOME stays the user's: the tools' cache and Go's build
+// cache are found there, as for a user.
+func (s *suite) runIsolated(ctx context.Context, logPath, hostsFile, script string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "=== %s run: %s\n", time.Now().Format(time.RFC3339), script)
+	args := []string{"--mount", "--propagation", "private"}
+	if os.Geteuid() != 0 {
+		args = append(args, "--map-root-user")
+	}
+	args = append(args, "--", "bash", "-c", `mount --bind "$1" /etc/hosts && exec bash -e -o pipefail -x "$2"`, "install", hostsFile, script)
+	cmd := exec.CommandContext(ctx, "unshare", args...)
+	cmd.Dir = s.root
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+s.cl.kcfg,
+		"PATH="+s.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"SSL_CERT_FILE="+s.reg.caFile,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Run()
+	fmt.Fprintf(f, "=== %s end: %v\n", time.Now().Format(time.RFC3339), err)
+	return err
+}
