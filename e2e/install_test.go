@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // installSection is the README section a platform team follows to install
@@ -68,8 +71,9 @@ const registryIP = "127.0.0.2"
 //     servePackages runs beside the blocks as a function runtime would, so
 //     that README's kubectl wait for a Healthy Configuration can pass.
 //
-// The Database the section applies last is then checked Ready on kwok and
-// deleted, so the scenarios start from an installed, empty cluster.
+// The Database the section applies last is then checked present and
+// deleted (install), so the scenarios start from an installed, empty
+// cluster.
 func (s *suite) readmeInstall(ctx context.Context) error {
 	blocks, err := readmeBlocks(filepath.Join(s.root, "README.md"), installSection)
 	if err != nil {
@@ -122,10 +126,59 @@ func (s *suite) readmeInstall(ctx context.Context) error {
 			}
 			return fmt.Errorf("README.md %q, block %d: %w\n%s\n%s", installSection, i+1, err, b, tailFile(logPath, 40))
 		}
+		s.installed = append(s.installed, installedBlock{text: b, took: time.Since(t0)})
 		logf("README install block %d of %d ran verbatim (%s)", i+1, len(blocks), time.Since(t0).Round(time.Millisecond))
 	}
 	<-served
 	return serveErr
+}
+
+// installedBlock is one README block readmeInstall ran, successfully.
+type installedBlock struct {
+	text string
+	took time.Duration
+}
+
+// installVerbatim is TestOperate/InstallVerbatim: the cluster every
+// scenario ran on was installed by README's Install section as it reads
+// now, every block run to its end, and what it installed is what README
+// names: the Configuration's package is the one its block applies, and the
+// Configuration and its Function are Installed and Healthy.
+func (s *suite) installVerbatim(t *testing.T) {
+	blocks, err := readmeBlocks(filepath.Join(s.root, "README.md"), installSection)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.installed) != len(blocks) {
+		t.Fatalf("the suite's install ran %d of README's %d Install blocks", len(s.installed), len(blocks))
+	}
+	for i, b := range blocks {
+		if s.installed[i].text != b {
+			t.Errorf("block %d ran is not README's:\n%s\nREADME:\n%s", i+1, s.installed[i].text, b)
+		}
+		t.Logf("block %d (%d lines) ran in %s", i+1, strings.Count(b, "\n"), s.installed[i].took.Round(time.Millisecond))
+	}
+	ctx := context.Background()
+	c, err := s.k.get(ctx, gvkConfiguration, "", cfgName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := str(c, "spec", "package")
+	if !strings.Contains(strings.Join(blocks, ""), "{package: "+pkg+"}") {
+		t.Errorf("Configuration %s installs %q, which no README Install block applies", cfgName, pkg)
+	}
+	f, err := s.k.get(ctx, gvkFunction, "", s.xp.fnName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []*unstructured.Unstructured{c, f} {
+		for _, typ := range []string{"Installed", "Healthy"} {
+			if got := getCondition(u, typ); got.Status != "True" {
+				t.Errorf("%s %s: %s is %s (%s)", u.GetKind(), u.GetName(), typ, got.Status, got.Message)
+			}
+		}
+	}
+	t.Logf("Configuration %s (%s) and Function %s Installed and Healthy", cfgName, pkg, s.xp.fnName)
 }
 
 // runIsolated runs script with bash -e in a mount namespace whose

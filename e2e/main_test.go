@@ -30,6 +30,10 @@ type suite struct {
 	node *node  // the real node, started by the first real-node test
 	bin  string // the tools' folder (crossplane, crane, ...)
 
+	// installed is what readmeInstall ran: README's Install blocks, each
+	// with how long it took (TestOperate/InstallVerbatim reports them).
+	installed []installedBlock
+
 	mu        sync.Mutex
 	durations []string
 }

@@ -40,6 +40,8 @@ var (
 //     cut (durability sync, so every commit waits): DatabaseWritesBlocked
 //     fires after its for:, StandbyNotStreaming is pending; healed, both
 //     resolve.
+//   - Promotion: a switchover; the timeline the standbys stream (the
+//     dashboard's count of promotions) goes up by one.
 func (s *suite) observe(t *testing.T, ns string) {
 	ctx := context.Background()
 	const comp, name = "database-real-metrics", "watched"
@@ -206,6 +208,47 @@ func (s *suite) observe(t *testing.T, ns string) {
 			return len(got) == 0, p.describe(got)
 		})
 		t.Logf("resolved %s after the heal", time.Since(t1).Round(time.Second))
+	})
+
+	s.step(t, "Promotion", func(t *testing.T) {
+		// The series that counts promotions (the dashboard's timeline
+		// panel): a switchover starts a new timeline, which the old
+		// primary, rejoined as a standby, streams.
+		timeline := `max(pg_stat_wal_receiver_received_tli{` + sel + `})`
+		before := p.query(t, timeline)
+		if len(before) != 1 {
+			t.Fatalf("%s: %v, want one value", timeline, before)
+		}
+		from := str(d.get(t), "status", "primary")
+		to := name + "-0"
+		if from == to {
+			to = name + "-1"
+		}
+		t0 := time.Now()
+		u := d.patch(t, fmt.Sprintf(`{"spec":{"primary":%s}}`, strings.TrimPrefix(to, name+"-")))
+		s.waitSynced(t, d, u.GetGeneration())
+		eventually(t, 4*time.Minute, "switchover from "+from+" to "+to, func() (bool, string) {
+			return str(d.get(t), "status", "primary") == to, "primary " + str(d.get(t), "status", "primary")
+		})
+		want := before[0].Value + 1
+		eventually(t, 3*time.Minute, fmt.Sprintf("%s = %g", timeline, want), func() (bool, string) {
+			got, err := p.tryQuery(timeline)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(got) == 1 && got[0].Value == want, fmt.Sprintf("%v", got)
+		})
+		// The dashboard's count: a subquery, whose steps (5 s apart) reach
+		// the new timeline's first sample one step after it is scraped.
+		promotions := `changes(` + timeline + `[10m:5s])`
+		eventually(t, 30*time.Second, promotions+" >= 1", func() (bool, string) {
+			got, err := p.tryQuery(promotions)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(got) == 1 && got[0].Value >= 1, fmt.Sprintf("%v", got)
+		})
+		t.Logf("timeline %g → %g, streamed %s after the switchover was asked", before[0].Value, want, time.Since(t0).Round(time.Second))
 	})
 }
 

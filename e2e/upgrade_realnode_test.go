@@ -20,8 +20,10 @@ import (
 // pkgNext is the function version TestOperate upgrades to.
 const pkgNext = "v0.2.0"
 
-// TestOperate upgrades the function of a fleet through the package
-// manager, as a platform team does: version B (pkgNext, built from this
+// TestOperate runs the platform team's side. InstallVerbatim first: the
+// cluster was installed by README's Install section (readmeInstall, in the
+// suite's set-up). Then it upgrades the function of a fleet through the
+// package manager, as a platform team does: version B (pkgNext, built from this
 // repository with one script the instances run changed, as most releases
 // change one) is pushed to the registry, and the installed Function's
 // package set to it. Every Database then rolls on its own, at once: a
@@ -35,6 +37,7 @@ const pkgNext = "v0.2.0"
 // It runs last (its file sorts last): every later reconcile is B's.
 func TestOperate(t *testing.T) {
 	s := env
+	s.step(t, "InstallVerbatim", s.installVerbatim)
 	s.realNode(t)
 	const ns, writerName = "fleet-real", "writer"
 	ledger := s.writtenDatabase(t, ns, "ledger", writerName)
