@@ -281,6 +281,11 @@ func validateName(p *field.Path, name string) field.ErrorList {
 	if !namePattern.MatchString(name) {
 		errs = append(errs, field.Invalid(p, name, "must be lower case letters, digits and '-', starting with a letter and ending with a letter or digit"))
 	}
+	if reservedSQLName(name) {
+		errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
+			"must not be %s, nor start with %q: it names the Database's SQL role and database ('-' becomes '_'), and PostgreSQL or the Database already has those; use another name, e.g. %q",
+			strings.Join(reservedSQLNames, ", "), reservedSQLPrefix, strings.TrimPrefix(name, reservedSQLPrefix)+"-db")))
+	}
 	if s := reservedSuffix(name); s != "" {
 		errs = append(errs, field.Invalid(p, name, fmt.Sprintf(
 			"must not end in %q: a Database named %q composes %s, so the two would collide (names ending in %s are reserved); use another name, e.g. %q",

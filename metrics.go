@@ -81,10 +81,12 @@ func resolveMetrics(p *field.Path, in *v1beta1.Metrics) (*metricsConfig, field.E
 	return m, errs
 }
 
-// metricsContainer runs postgres_exporter beside PostgreSQL. It connects as
-// the superuser over the pod's socket: peer authentication maps the pod's
-// uid to it (entrypoint.sh's pg_hba.conf), so no password is mounted, and
-// no TCP connection to PostgreSQL is opened. It has no probes: an exporter
+// metricsContainer runs postgres_exporter beside PostgreSQL. It connects
+// over the pod's socket as monitorUser (pg_monitor: statistics and
+// settings, no table), as a uid of its own that peer authentication maps to
+// that role and no other (entrypoint.sh's pg_ident.conf): no password is
+// mounted, no TCP connection to PostgreSQL is opened, and its /probe, which
+// takes any DSN, cannot log in as the superuser. It has no probes: an exporter
 // that cannot reach the server reports pg_up 0, which the alerts see, and
 // a probe of its own would only add a way to make the instance unready (a
 // crash-looping exporter still does: docs/metrics.md, limits).
@@ -101,7 +103,7 @@ func metricsContainer(db *database) corev1.Container {
 		},
 		Env: []corev1.EnvVar{{
 			Name:  "DATA_SOURCE_NAME",
-			Value: fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable application_name=%s", socketDir, postgresPort, superuser, containerMetrics),
+			Value: fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable application_name=%s", socketDir, postgresPort, monitorUser, containerMetrics),
 		}},
 		Ports: []corev1.ContainerPort{{Name: metricsPortName, ContainerPort: metricsPort, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
@@ -109,7 +111,7 @@ func metricsContainer(db *database) corev1.Container {
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 		},
 		VolumeMounts:    []corev1.VolumeMount{{Name: volRun, MountPath: socketDir}},
-		SecurityContext: containerSecurityContext(),
+		SecurityContext: monitorSecurityContext(),
 	}
 }
 

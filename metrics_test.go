@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/scripts"
 )
 
 // monitoredXR is a Database with every alert: standbys, durability sync, a
@@ -56,13 +59,35 @@ func TestMetricsComposed(t *testing.T) {
 		if d := cmp.Diff([]string{"--web.listen-address=:9187", "--collector.stat_wal_receiver"}, c.Args); d != "" {
 			t.Errorf("exporter args (-want +got):\n%s", d)
 		}
-		// Over the socket, as the superuser the pod's uid maps to: no
-		// password anywhere in the exporter's environment.
-		if d := cmp.Diff("host=/var/run/postgresql port=5432 user=postgres dbname=postgres sslmode=disable application_name=metrics", c.Env[0].Value); d != "" {
+		// Over the socket, as the monitoring role its own uid maps to: no
+		// password anywhere in the exporter's environment, and not the
+		// pod's uid, which maps to the superuser.
+		if d := cmp.Diff("host=/var/run/postgresql port=5432 user=postgres_exporter dbname=postgres sslmode=disable application_name=metrics", c.Env[0].Value); d != "" {
 			t.Errorf("DATA_SOURCE_NAME (-want +got):\n%s", d)
+		}
+		if u := c.SecurityContext.RunAsUser; u == nil || *u == postgresUID {
+			t.Errorf("the exporter runs as uid %v, want a uid of its own (not %d: peer authentication maps it to the superuser)", u, postgresUID)
 		}
 		if c.ReadinessProbe != nil || c.LivenessProbe != nil {
 			t.Errorf("the exporter has probes: a failing exporter would make PostgreSQL unready or restart nothing useful")
+		}
+	}
+	// The scripts that admit (entrypoint.sh) and create (sync-passwords.sh)
+	// the exporter's role are told its name and uid.
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		switch c.Name {
+		case containerPostgres:
+			if env[scripts.EnvMonitorUser] != monitorUser || env[scripts.EnvMonitorUID] != strconv.Itoa(monitorUID) {
+				t.Errorf("postgres container: MONITOR_USER %q, MONITOR_UID %q, want %s and %d", env[scripts.EnvMonitorUser], env[scripts.EnvMonitorUID], monitorUser, monitorUID)
+			}
+		case containerPasswordSync:
+			if env[scripts.EnvMonitorUser] != monitorUser {
+				t.Errorf("password-sync container: MONITOR_USER %q, want %s", env[scripts.EnvMonitorUser], monitorUser)
+			}
 		}
 	}
 	if d := cmp.Diff([]string{containerPostgres, containerPasswordSync, containerMetrics}, names); d != "" {

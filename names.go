@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -197,6 +198,9 @@ const (
 const (
 	superuser       = "postgres"
 	replicationUser = "replicator"
+	// monitorUser is the exporter's role (pg_monitor, peer authentication
+	// from monitorUID only; metrics.go).
+	monitorUser = "postgres_exporter"
 
 	postgresPort = 5432
 	portName     = "postgresql"
@@ -278,6 +282,20 @@ func serviceHost(db *database, service string) string {
 // peerDomain is the headless Service's domain: instance k is N-k.peerDomain.
 func peerDomain(db *database) string {
 	return headlessServiceName(db) + "." + db.Namespace + ".svc." + db.ClusterDomain
+}
+
+// reservedSQLNames are the Database names whose SQL name (the app role and
+// database, '-' turned into '_') PostgreSQL or the Database already has:
+// the superuser and its database, the replication and exporter roles, the
+// template databases. The bootstrap's CREATE ROLE or CREATE DATABASE would
+// fail on them; PostgreSQL refuses a role named pg_* outright
+// (reservedSQLPrefix). The XRDs' CEL rules say the same at admission.
+var reservedSQLNames = []string{superuser, replicationUser, strings.ReplaceAll(monitorUser, "_", "-"), "template0", "template1"}
+
+const reservedSQLPrefix = "pg-"
+
+func reservedSQLName(name string) bool {
+	return slices.Contains(reservedSQLNames, name) || strings.HasPrefix(name, reservedSQLPrefix)
 }
 
 // reservedSuffix returns the reserved suffix name ends in, or "".

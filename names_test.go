@@ -70,6 +70,58 @@ func TestComposedNamesNeverCollide(t *testing.T) {
 	assertFatal(t, "a legacy claim named orders-r", runTest(t, xrRequest(yamlStruct(t, legacy), nil)), "metadata.labels[crossplane.io/claim-name]", `must not end in "-r"`)
 }
 
+// TestReservedSQLNames: a Database whose SQL name (its app role and
+// database) PostgreSQL or the Database already has could never bootstrap
+// (CREATE ROLE or CREATE DATABASE fails, or PostgreSQL refuses a pg_* role):
+// the function refuses it with a Fatal naming the field and the fix, and
+// both XRDs' CEL rules list the same names and prefix.
+func TestReservedSQLNames(t *testing.T) {
+	xr := func(name string) string {
+		return "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: " + name + ", namespace: shop}\nspec: {version: \"16\", size: small}"
+	}
+	refused := append(slices.Clone(reservedSQLNames), "pg-orders")
+	for _, name := range refused {
+		t.Run(name, func(t *testing.T) {
+			assertFatal(t, name, runTest(t, xrRequest(yamlStruct(t, xr(name)), nil)), "metadata.name", "names the Database's SQL role and database", `e.g. "`+strings.TrimPrefix(name, "pg-")+`-db"`)
+		})
+	}
+	for _, name := range []string{"postgresql", "my-postgres", "orders-pg-1", "replicators", "monitor"} {
+		if rs := runTest(t, xrRequest(yamlStruct(t, xr(name)), nil)).GetResults(); len(rs) != 0 {
+			t.Errorf("%s: refused: %v", name, rs)
+		}
+	}
+	// The SQL names themselves: the roles the function creates.
+	for _, role := range []string{superuser, replicationUser, monitorUser} {
+		if !reservedSQLName(strings.ReplaceAll(role, "_", "-")) {
+			t.Errorf("role %s is not reserved as a Database name", role)
+		}
+	}
+	for _, xrd := range []string{"example/xrd.yaml", "example/legacy/xrd.yaml"} {
+		x := readYAMLStruct(t, xrd)
+		found := 0
+		for _, v := range x.GetFields()["spec"].GetStructValue().GetFields()["versions"].GetListValue().GetValues() {
+			schema := structAt(v.GetStructValue(), "schema", "openAPIV3Schema")
+			for _, r := range schema.GetFields()["x-kubernetes-validations"].GetListValue().GetValues() {
+				rule := r.GetStructValue().GetFields()["rule"].GetStringValue()
+				if !strings.Contains(rule, "startsWith('"+reservedSQLPrefix+"')") {
+					continue
+				}
+				found++
+				quoted := make([]string, len(reservedSQLNames))
+				for i, n := range reservedSQLNames {
+					quoted[i] = "'" + n + "'"
+				}
+				if want := "self.metadata.name in [" + strings.Join(quoted, ", ") + "]"; !strings.Contains(rule, want) {
+					t.Errorf("%s: the reserved-name rule %q does not hold %s", xrd, rule, want)
+				}
+			}
+		}
+		if found != 1 {
+			t.Errorf("%s: want one reserved-name rule at the schema's root, found %d", xrd, found)
+		}
+	}
+}
+
 // TestReservedSuffixes: every suffix names.go composes a name with is
 // reserved by the function and by the CEL rule of both XRDs, so admission
 // and the function refuse the same names.

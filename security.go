@@ -10,6 +10,11 @@ import (
 // Security Standard.
 const postgresUID = 999
 
+// monitorUID is the uid the exporter runs as: nobody in Debian, so the
+// official image names it (peer authentication needs a name); any uid but
+// postgres's would do, as long as the image has a name for it.
+const monitorUID = 65534
+
 // podSecurityContext is the one pod security context of every pod the
 // function composes: non-root, the runtime's default seccomp profile, and an
 // fsGroup so the postgres user owns the volumes.
@@ -35,6 +40,15 @@ func containerSecurityContext() *corev1.SecurityContext {
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
+}
+
+// monitorSecurityContext is the exporter's: the restricted one, as
+// monitorUID (the pod's fsGroup still lets it reach the socket).
+func monitorSecurityContext() *corev1.SecurityContext {
+	c := containerSecurityContext()
+	c.RunAsUser = ptr.To[int64](monitorUID)
+	c.RunAsGroup = ptr.To[int64](monitorUID)
+	return c
 }
 
 // podSpecDefaults are set on every pod: no service account token (the pods

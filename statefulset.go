@@ -160,6 +160,21 @@ func instanceEnv(db *database) []corev1.EnvVar {
 		// reads the bucket's keys there.
 		env = append(env, corev1.EnvVar{Name: scripts.EnvObjectStorageDir, Value: objectStorageDir})
 	}
+	if db.Metrics != nil {
+		// The exporter's role: the sidecar creates it, the entrypoint
+		// admits it on the socket.
+		env = append(env, corev1.EnvVar{Name: scripts.EnvMonitorUser, Value: monitorUser})
+	}
+	return env
+}
+
+// postgresEnv is instanceEnv and, with metrics, the uid the entrypoint
+// maps to the exporter's role.
+func postgresEnv(db *database) []corev1.EnvVar {
+	env := instanceEnv(db)
+	if db.Metrics != nil {
+		env = append(env, corev1.EnvVar{Name: scripts.EnvMonitorUID, Value: strconv.Itoa(monitorUID)})
+	}
 	return env
 }
 
@@ -196,7 +211,7 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		Image:           p.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"bash", scriptsDir + "/" + scripts.Entrypoint},
-		Env:             instanceEnv(db),
+		Env:             postgresEnv(db),
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
 		VolumeMounts:    instanceMounts(db),

@@ -964,6 +964,10 @@ func (s *suite) testInvalid(t *testing.T) {
 		{"bad size", newDatabase(t, "bad-size", map[string]any{"size": "huge"}), []string{"spec.size", "Unsupported value", `"huge"`}},
 		{"bad version", newDatabase(t, "bad-version", map[string]any{"version": "sixteen"}), []string{"spec.version", "should match"}},
 		{"name over 45 characters", newDatabase(t, strings.Repeat("a", 46), nil), []string{"metadata.name", "at most 45 characters"}},
+		{"a composed name's suffix", newDatabase(t, "orders-r", nil), []string{"metadata.name", "must not end in"}},
+		// Its SQL role and database would be the superuser's.
+		{"the superuser's name", newDatabase(t, "postgres", nil), []string{"metadata.name", "must not be postgres"}},
+		{"PostgreSQL's reserved prefix", newDatabase(t, "pg-orders", nil), []string{"metadata.name", "nor start with pg-"}},
 	}
 	for _, c := range cases {
 		cl, err := s.k.clientFor(c.xr)

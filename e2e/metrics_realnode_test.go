@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,15 @@ func (s *suite) observe(t *testing.T, ns string) {
 			} else {
 				t.Logf("%s = %v", q, got[0].Value)
 			}
+		}
+		// As its own role (pg_monitor), not the superuser: the exporter's
+		// sessions on both instances (the role was created on the primary
+		// by its sidecar, and replicated).
+		for _, pod := range []string{primary, standby} {
+			eventually(t, time.Minute, "the exporter on "+pod+" connected as postgres_exporter", func() (bool, string) {
+				got := s.superSQL(ns, pod, `SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity WHERE application_name = 'metrics'`)
+				return got == "postgres_exporter", "sessions as " + strconv.Quote(got)
+			})
 		}
 		s.dashboardQueries(t, p, ns, name)
 		// Every exporter series an alert reads exists on the real pods: a

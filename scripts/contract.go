@@ -91,6 +91,8 @@ const (
 	EnvScriptsDir       = "SCRIPTS_DIR"
 	EnvAppSecretDir     = "APP_SECRET_DIR" //nolint:gosec // G101: a variable's name, not a credential
 	EnvAdminSecretDir   = "ADMIN_SECRET_DIR"
+	EnvMonitorUser      = "MONITOR_USER"
+	EnvMonitorUID       = "MONITOR_UID"
 
 	EnvSyncInterval = "SYNC_INTERVAL"
 
@@ -204,6 +206,8 @@ var Contract = []Script{
 			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between clone attempts, and between looks while holding"},
 			{Name: "CLONE_MAX_RATE", Need: Optional, Meaning: "pg_basebackup --max-rate of a clone (none: unbounded)"},
 			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where a primary restored from an archive writes what it reached (JSON: result, source, restoredTo, lsn, timeline, seconds) before it exits once"},
+			{Name: EnvMonitorUser, Need: Optional, Meaning: "with metrics: the role postgres_exporter logs in as over the socket (pg_hba.conf: peer, map monitor)"},
+			{Name: EnvMonitorUID, Need: Optional, Meaning: "with MONITOR_USER: the uid the exporter runs as; its user name in this image maps to MONITOR_USER, and to no other role"},
 			peerTimeout, peerHosts, peerOrds, scramSalt,
 		},
 	},
@@ -241,6 +245,7 @@ var Contract = []Script{
 			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
 			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances, pgbackrestConf}},
 			{Name: EnvSyncInterval, Need: Optional, Default: "5", Meaning: "seconds between rounds"},
+			{Name: EnvMonitorUser, Need: Optional, Meaning: "with metrics: the exporter's role, created on the primary when missing (LOGIN, no password, member of pg_monitor)"},
 			peerDomain,
 			{Name: "ISOLATION_FENCE", Need: Optional, Default: "on", Meaning: "off: no isolation fence (check_isolation); on: a primary cut off from every peer and from the witness stops itself"},
 			{Name: "ISOLATION_WITNESS", Need: Optional, Meaning: "HOST:PORT whose accepted connection says the control plane still hears this pod; unset: the API server's Service (KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT); empty: none, the peers alone decide"},

@@ -25,7 +25,9 @@
 # PEER_TIMEOUT (seconds to connect to a peer, default 2; lib.sh remote_query),
 # PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts),
 # SCRAM_TEST_SALT (tests; lib.sh scram_verifier), TERMINATION_LOG (default
-# /dev/termination-log: a restore from the archive reports there).
+# /dev/termination-log: a restore from the archive reports there),
+# MONITOR_USER and MONITOR_UID (with metrics: the role the exporter logs in
+# as over the socket, and the uid it runs as; write_config).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,6 +38,9 @@ LOG_TAG=entrypoint
 require_env POD_NAME PGDATA PGPORT PGHOST DB_NAME APP_USER SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR
 PRIMARY_HOST=${PRIMARY_HOST:-}
 require_int PGPORT 1
+MONITOR_USER=${MONITOR_USER:-}
+MONITOR_UID=${MONITOR_UID:-}
+[[ -z $MONITOR_USER ]] || require_int MONITOR_UID 0
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
 require_int PRIMARY_PORT 1
 RETRY_INTERVAL=${RETRY_INTERVAL:-5}
@@ -129,13 +134,23 @@ wait_and_retry() {
 # database.conf (included at the end of postgresql.conf; it includes the
 # function's tier settings $SCRIPTS_DIR/postgresql.conf last, so they win).
 write_config() {
-	local os_user repl
+	local os_user repl monitor_os_user=''
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || die "replication user name missing"
 	os_user=$(id -un 2>/dev/null) || die "the uid $(id -u) has no user name: peer authentication on the socket needs one"
+	# The exporter runs as a uid of its own, which peer authentication
+	# maps to its role (pg_monitor, created by sync-passwords.sh) and to
+	# nothing else: a DSN naming the superuser (its /probe takes any) is
+	# refused. Without a name for that uid in this image the exporter
+	# cannot log in (its pg_up says 0); postgres starts all the same.
+	if [[ -n $MONITOR_USER ]] && ! monitor_os_user=$(id -un "$MONITOR_UID" 2>/dev/null); then
+		log "the uid $MONITOR_UID has no user name in this image: the exporter ($MONITOR_USER) cannot log in by peer authentication"
+		monitor_os_user=''
+	fi
 	{
 		echo "# Written by entrypoint.sh at every start; edits are lost."
 		echo "# TYPE  DATABASE     USER  ADDRESS  METHOD"
 		echo "local   all          $(hba_quote "$superuser")  peer map=superuser"
+		[[ -z $monitor_os_user ]] || echo "local   all          $(hba_quote "$MONITOR_USER")  peer map=monitor"
 		echo "host    replication  $(hba_quote "$repl")  all  scram-sha-256"
 		echo "host    $(hba_quote "$DB_NAME")  $(hba_quote "$APP_USER")  all  scram-sha-256"
 		echo "host    all          $(hba_quote "$superuser")  all  scram-sha-256"
@@ -145,6 +160,7 @@ write_config() {
 		echo "# Written by entrypoint.sh at every start; edits are lost."
 		echo "# MAPNAME    SYSTEM-USERNAME  PG-USERNAME"
 		echo "superuser    $(hba_quote "$os_user")  $(hba_quote "$superuser")"
+		[[ -z $monitor_os_user ]] || echo "monitor      $(hba_quote "$monitor_os_user")  $(hba_quote "$MONITOR_USER")"
 	} >"$PGDATA/pg_ident.conf.tmp"
 	mv -f "$PGDATA/pg_ident.conf.tmp" "$PGDATA/pg_ident.conf"
 	{

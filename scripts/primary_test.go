@@ -1,8 +1,11 @@
 package scripts
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -256,4 +259,71 @@ func (e *notFound) Error() string { return "output lacks " + e.want }
 func dirIsEmpty(path string) bool {
 	entries, err := os.ReadDir(path)
 	return err != nil || len(entries) == 0
+}
+
+// TestMonitorRole: with MONITOR_USER and MONITOR_UID (metrics on), the
+// primary's sidecar creates the exporter's role (LOGIN, member of
+// pg_monitor, nothing more; again harmlessly on every apply), and the
+// entrypoint admits it on the socket from that uid alone: the exporter's
+// uid reads the statistics as that role, and is refused as the superuser
+// (postgres_exporter's /probe takes any DSN).
+func TestMonitorRole(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	if !tl.setCred {
+		t.Skip("needs root: the exporter's uid is another user's")
+	}
+	const role, uid = "postgres_exporter", 65534
+	root := newRoot(t, tl)
+	// The exporter's uid reaches the socket, as in the pod (the run
+	// emptyDir is world-writable, the socket 0777).
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, tl, root, "watched")
+	p := c.instance(0)
+	p.extra = []string{"MONITOR_USER=" + role, "MONITOR_UID=" + strconv.Itoa(uid)}
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	sync := startSidecar(t, c, p)
+	waitFor(t, 30*time.Second, "sidecar applied the passwords", func() error {
+		return containsErr(sync.log(), "passwords applied")
+	})
+	const q = "SELECT rolcanlogin, rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls, rolpassword IS NULL, pg_has_role(oid, 'pg_monitor', 'MEMBER') FROM pg_authid WHERE rolname = '" + role + "'"
+	if got := c.superSQL(t, p, "postgres", q); got != "t|f|t|t" {
+		t.Errorf("%s = %q, want t|f|t|t (login, no other privilege, no password, pg_monitor)", q, got)
+	}
+	if got := c.superSQL(t, p, "postgres", "SELECT string_agg(array_to_string(user_name, ',')||':'||auth_method||':'||coalesce(options[1], ''), ';' ORDER BY line_number) FROM pg_hba_file_rules WHERE type = 'local'"); got != "postgres:peer:map=superuser;"+role+":peer:map=monitor" {
+		t.Errorf("socket rules: %q", got)
+	}
+	c.appSQL(t, p, "CREATE TABLE secrets(v text); INSERT INTO secrets VALUES ('x')")
+
+	asMonitor := func(user, db, sql string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(tl.bin, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", p.sock, "-p", strconv.Itoa(p.port), "-U", user, "-d", db, "-c", sql)
+		cmd.Env = tl.baseEnv(root)
+		cmd.Dir = root
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, NoSetGroups: true}}
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	// What the exporter reads: every session's state, the settings, sizes.
+	if out, err := asMonitor(role, "postgres", "SELECT current_user, count(*) >= 0, current_setting('data_directory') <> '', pg_database_size('"+c.db+"') > 0 FROM pg_stat_activity"); err != nil || out != role+"|t|t|t" {
+		t.Errorf("the exporter's uid as %s: %q, %v", role, out, err)
+	}
+	for _, tc := range []struct{ user, db, sql, want string }{
+		{c.su, "postgres", "SELECT 1", "Peer authentication failed"},
+		{c.app, c.db, "SELECT 1", "no pg_hba.conf entry"},
+		{role, c.db, "SELECT * FROM secrets", "permission denied"},
+	} {
+		if out, err := asMonitor(tc.user, tc.db, tc.sql); err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("the exporter's uid as %s on %s: %q, %v; want refused (%s)", tc.user, tc.db, out, err, tc.want)
+		}
+	}
+	// Applied again (a restart of the sidecar): the role exists, nothing fails.
+	out, err := c.script(60*time.Second, append(p.env(), "SYNC_ONCE=1"), SyncPasswords)
+	if err != nil {
+		t.Errorf("sync-passwords again with the role present: %v\n%s", err, tail(out, 20))
+	}
 }

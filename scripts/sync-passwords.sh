@@ -6,7 +6,8 @@
 #   primary (postgres not in recovery, whatever the ordinal): when the content of the mounted
 #     secret files changed since the last successful apply, or postgres was
 #     restarted since, ALTER ROLE ... PASSWORD for the app role, the
-#     replication role and the superuser, over the socket (peer).
+#     replication role and the superuser, over the socket (peer), and the
+#     exporter's role (MONITOR_USER) created when missing.
 #   standby (in recovery, or not up and not the ordinal the function names
 #     the primary in SCRIPTS_DIR/primary): refreshes its local replication passfile (used by its
 #     walreceiver to reconnect); and every SLOT_CHECK_ROUNDS rounds (default
@@ -34,7 +35,8 @@
 # check_isolation tries), ARCHIVE_RETRY_SECONDS (default 60: archive_round),
 # STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
 # script's directory: its postgresql.conf), SCRAM_TEST_SALT (tests; lib.sh
-# scram_verifier).
+# scram_verifier), MONITOR_USER (with metrics: the exporter's role, created
+# with pg_monitor on the primary).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +45,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_TAG=sync-passwords
 
 require_env POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR ADMIN_SECRET_DIR
+MONITOR_USER=${MONITOR_USER:-}
 SYNC_INTERVAL=${SYNC_INTERVAL:-5}
 require_int SYNC_INTERVAL 1
 SLOT_CHECK_ROUNDS=${SLOT_CHECK_ROUNDS:-6}
@@ -105,6 +108,19 @@ sync_sql() {
 		ALTER ROLE :"repl" WITH PASSWORD :'repl_pw';
 		ALTER ROLE :"su" WITH PASSWORD :'su_pw';
 		COMMIT;
+	SQL
+	[[ -n $MONITOR_USER ]] || return 0
+	# The exporter's role: it may read the statistics (pg_monitor), no
+	# table; it logs in by peer authentication only (no password), from
+	# the exporter's uid (entrypoint.sh's pg_ident.conf). Created here, not
+	# at the bootstrap, so that Databases created before it, restored ones
+	# and a metrics setting turned on later get it from their primary.
+	psql_set mon "$MONITOR_USER"
+	cat <<-'SQL'
+		SELECT format('CREATE ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION', :'mon')
+		WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'mon') \gexec
+		SELECT format('GRANT pg_monitor TO %I', :'mon')
+		WHERE NOT pg_has_role(:'mon', 'pg_monitor', 'MEMBER') \gexec
 	SQL
 }
 
