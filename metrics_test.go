@@ -62,7 +62,7 @@ func TestMetricsComposed(t *testing.T) {
 		// Over the socket, as the monitoring role its own uid maps to: no
 		// password anywhere in the exporter's environment, and not the
 		// pod's uid, which maps to the superuser.
-		if d := cmp.Diff("host=/var/run/postgresql port=5432 user=postgres_exporter dbname=postgres sslmode=disable application_name=metrics", c.Env[0].Value); d != "" {
+		if d := cmp.Diff("host=/var/run/postgresql port=5432 user=postgres-exporter dbname=postgres sslmode=disable application_name=metrics", c.Env[0].Value); d != "" {
 			t.Errorf("DATA_SOURCE_NAME (-want +got):\n%s", d)
 		}
 		if u := c.SecurityContext.RunAsUser; u == nil || *u == postgresUID {

@@ -199,8 +199,9 @@ const (
 	superuser       = "postgres"
 	replicationUser = "replicator"
 	// monitorUser is the exporter's role (pg_monitor, peer authentication
-	// from monitorUID only; metrics.go).
-	monitorUser = "postgres_exporter"
+	// from monitorUID only; metrics.go). With a '-', which no Database's
+	// SQL name has (its '-' become '_'): no app role can be this one.
+	monitorUser = "postgres-exporter"
 
 	postgresPort = 5432
 	portName     = "postgresql"
@@ -285,12 +286,13 @@ func peerDomain(db *database) string {
 }
 
 // reservedSQLNames are the Database names whose SQL name (the app role and
-// database, '-' turned into '_') PostgreSQL or the Database already has:
-// the superuser and its database, the replication and exporter roles, the
-// template databases. The bootstrap's CREATE ROLE or CREATE DATABASE would
-// fail on them; PostgreSQL refuses a role named pg_* outright
-// (reservedSQLPrefix). The XRDs' CEL rules say the same at admission.
-var reservedSQLNames = []string{superuser, replicationUser, strings.ReplaceAll(monitorUser, "_", "-"), "template0", "template1"}
+// database, '-' turned into '_') PostgreSQL or the Database already has, or
+// refuses: the superuser and its database, the replication role, the
+// template databases, the pseudo-roles public and none. The bootstrap's
+// CREATE ROLE or CREATE DATABASE would fail on them; PostgreSQL refuses a
+// role named pg_* outright (reservedSQLPrefix). The XRDs' CEL rules say the
+// same at admission.
+var reservedSQLNames = []string{superuser, replicationUser, "template0", "template1", "public", "none"}
 
 const reservedSQLPrefix = "pg-"
 

@@ -85,15 +85,16 @@ func TestReservedSQLNames(t *testing.T) {
 			assertFatal(t, name, runTest(t, xrRequest(yamlStruct(t, xr(name)), nil)), "metadata.name", "names the Database's SQL role and database", `e.g. "`+strings.TrimPrefix(name, "pg-")+`-db"`)
 		})
 	}
-	for _, name := range []string{"postgresql", "my-postgres", "orders-pg-1", "replicators", "monitor"} {
+	for _, name := range []string{"postgresql", "my-postgres", "orders-pg-1", "replicators", "monitor", "postgres-exporter", "publication"} {
 		if rs := runTest(t, xrRequest(yamlStruct(t, xr(name)), nil)).GetResults(); len(rs) != 0 {
 			t.Errorf("%s: refused: %v", name, rs)
 		}
 	}
-	// The SQL names themselves: the roles the function creates.
+	// The roles the function creates: reserved, or out of reach of a
+	// Database's SQL name (lower case letters, digits and '_').
 	for _, role := range []string{superuser, replicationUser, monitorUser} {
-		if !reservedSQLName(strings.ReplaceAll(role, "_", "-")) {
-			t.Errorf("role %s is not reserved as a Database name", role)
+		if !reservedSQLName(strings.ReplaceAll(role, "_", "-")) && regexp.MustCompile(`^[a-z][a-z0-9_]*$`).MatchString(role) {
+			t.Errorf("role %s could be a Database's SQL name", role)
 		}
 	}
 	for _, xrd := range []string{"example/xrd.yaml", "example/legacy/xrd.yaml"} {

@@ -182,8 +182,10 @@ func (s *suite) installVerbatim(t *testing.T) {
 }
 
 // runIsolated runs script with bash -e in a mount namespace whose
-// /etc/hosts is hostsFile, trusting only the registry's CA, against the
-// suite's cluster. HOME stays the user's: the tools' cache and Go's build
+// /etc/hosts is hostsFile, against the suite's cluster. SSL_CERT_FILE is
+// the registry's CA: Go's TLS then reads it instead of the system's bundle
+// file (it still reads the system's certificate folder, which holds no
+// certificate for the registry's name). HOME stays the user's: the tools' cache and Go's build
 // cache are found there, as for a user.
 func (s *suite) runIsolated(ctx context.Context, logPath, hostsFile, script string) error {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

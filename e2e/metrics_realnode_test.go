@@ -129,9 +129,9 @@ func (s *suite) observe(t *testing.T, ns string) {
 		// sessions on both instances (the role was created on the primary
 		// by its sidecar, and replicated).
 		for _, pod := range []string{primary, standby} {
-			eventually(t, time.Minute, "the exporter on "+pod+" connected as postgres_exporter", func() (bool, string) {
+			eventually(t, time.Minute, "the exporter on "+pod+" connected as postgres-exporter", func() (bool, string) {
 				got := s.superSQL(ns, pod, `SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity WHERE application_name = 'metrics'`)
-				return got == "postgres_exporter", "sessions as " + strconv.Quote(got)
+				return got == "postgres-exporter", "sessions as " + strconv.Quote(got)
 			})
 		}
 		s.dashboardQueries(t, p, ns, name)
@@ -229,6 +229,13 @@ func (s *suite) observe(t *testing.T, ns string) {
 		if len(before) != 1 {
 			t.Fatalf("%s: %v, want one value", timeline, before)
 		}
+		// The dashboard's count of the last 10 minutes, before: none
+		// (this Database was created minutes ago, and switched over by no
+		// step before this one), but counted rather than assumed.
+		promotionsBefore := 0.0
+		if got := p.query(t, `changes(`+timeline+`[10m:5s]) - resets(`+timeline+`[10m:5s])`); len(got) == 1 {
+			promotionsBefore = got[0].Value
+		}
 		from := str(d.get(t), "status", "primary")
 		to := name + "-0"
 		if from == to {
@@ -250,13 +257,13 @@ func (s *suite) observe(t *testing.T, ns string) {
 		})
 		// The dashboard's count: a subquery, whose steps (5 s apart) reach
 		// the new timeline's first sample one step after it is scraped.
-		promotions := `changes(` + timeline + `[10m:5s])`
-		eventually(t, 30*time.Second, promotions+" >= 1", func() (bool, string) {
+		promotions := `changes(` + timeline + `[10m:5s]) - resets(` + timeline + `[10m:5s])`
+		eventually(t, 30*time.Second, fmt.Sprintf("%s = %g", promotions, promotionsBefore+1), func() (bool, string) {
 			got, err := p.tryQuery(promotions)
 			if err != nil {
 				return false, err.Error()
 			}
-			return len(got) == 1 && got[0].Value >= 1, fmt.Sprintf("%v", got)
+			return len(got) == 1 && got[0].Value == promotionsBefore+1, fmt.Sprintf("%v", got)
 		})
 		t.Logf("timeline %g → %g, streamed %s after the switchover was asked", before[0].Value, want, time.Since(t0).Round(time.Second))
 	})

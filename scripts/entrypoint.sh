@@ -142,9 +142,10 @@ write_config() {
 	# nothing else: a DSN naming the superuser (its /probe takes any) is
 	# refused. Without a name for that uid in this image the exporter
 	# cannot log in (its pg_up says 0); postgres starts all the same.
-	if [[ -n $MONITOR_USER ]] && ! monitor_os_user=$(id -un "$MONITOR_UID" 2>/dev/null); then
-		log "the uid $MONITOR_UID has no user name in this image: the exporter ($MONITOR_USER) cannot log in by peer authentication"
-		monitor_os_user=''
+	if [[ -n $MONITOR_USER ]]; then
+		# `id -un UID` takes a number with GNU coreutils; getent elsewhere.
+		monitor_os_user=$(id -un "$MONITOR_UID" 2>/dev/null || getent passwd "$MONITOR_UID" 2>/dev/null | cut -d: -f1) || monitor_os_user=''
+		[[ -n $monitor_os_user ]] || log "the uid $MONITOR_UID has no user name in this image: the exporter ($MONITOR_USER) cannot log in by peer authentication"
 	fi
 	{
 		echo "# Written by entrypoint.sh at every start; edits are lost."

@@ -273,7 +273,7 @@ func TestMonitorRole(t *testing.T) {
 	if !tl.setCred {
 		t.Skip("needs root: the exporter's uid is another user's")
 	}
-	const role, uid = "postgres_exporter", 65534
+	const role, uid = "postgres-exporter", 65534
 	root := newRoot(t, tl)
 	// The exporter's uid reaches the socket, as in the pod (the run
 	// emptyDir is world-writable, the socket 0777).
