@@ -154,19 +154,8 @@ func (s *suite) writtenDatabase(t *testing.T, ns, db, writerName string) databas
 // switchover moves the primary back to ordinal 0 on purpose (spec.primary):
 // no acknowledged write may be lost, with asynchronous replication too.
 func (s *suite) switchover(t *testing.T, d database, ns, db, writerName string) {
-	from := str(d.get(t), "status", "primary")
-	to := db + "-0"
-	if from == to {
-		to = db + "-1"
-	}
 	start := time.Now()
-	u := d.patch(t, fmt.Sprintf(`{"spec":{"primary":%s}}`, strings.TrimPrefix(to, db+"-")))
-	s.waitSynced(t, d, u.GetGeneration())
-	eventually(t, 4*time.Minute, "switchover from "+from+" to "+to, func() (bool, string) {
-		u := d.get(t)
-		c := getCondition(u, "Failover")
-		return str(u, "status", "primary") == to, fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(ns))
-	})
+	from, to := s.switchTo(t, d, db)
 	promoted := time.Now()
 	t.Logf("switchover %s → %s in %s", from, to, promoted.Sub(start).Round(time.Second))
 	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "Switchover" {
@@ -177,6 +166,26 @@ func (s *suite) switchover(t *testing.T, d database, ns, db, writerName string) 
 		scenario: "Switchover", durability: durability, noLoss: true,
 		from: from, to: to, fault: start, promoted: promoted, rejoin: rejoinRewind,
 	})
+}
+
+// switchTo asks Database d (its pods db-k) for a switchover to ordinal 0,
+// or 1 when 0 is the primary already (spec.primary), and waits until
+// status.primary names the new one.
+func (s *suite) switchTo(t *testing.T, d database, db string) (from, to string) {
+	t.Helper()
+	from = str(d.get(t), "status", "primary")
+	to = db + "-0"
+	if from == to {
+		to = db + "-1"
+	}
+	u := d.patch(t, fmt.Sprintf(`{"spec":{"primary":%s}}`, strings.TrimPrefix(to, db+"-")))
+	s.waitSynced(t, d, u.GetGeneration())
+	eventually(t, 4*time.Minute, "switchover from "+from+" to "+to, func() (bool, string) {
+		u := d.get(t)
+		c := getCondition(u, "Failover")
+		return str(u, "status", "primary") == to, fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(d.ns))
+	})
+	return from, to
 }
 
 // loseThePrimary loses the current primary one way, and checks the failover

@@ -236,17 +236,8 @@ func (s *suite) observe(t *testing.T, ns string) {
 		if got := p.query(t, `changes(`+timeline+`[10m:5s]) - resets(`+timeline+`[10m:5s])`); len(got) == 1 {
 			promotionsBefore = got[0].Value
 		}
-		from := str(d.get(t), "status", "primary")
-		to := name + "-0"
-		if from == to {
-			to = name + "-1"
-		}
 		t0 := time.Now()
-		u := d.patch(t, fmt.Sprintf(`{"spec":{"primary":%s}}`, strings.TrimPrefix(to, name+"-")))
-		s.waitSynced(t, d, u.GetGeneration())
-		eventually(t, 4*time.Minute, "switchover from "+from+" to "+to, func() (bool, string) {
-			return str(d.get(t), "status", "primary") == to, "primary " + str(d.get(t), "status", "primary")
-		})
+		s.switchTo(t, d, name)
 		want := before[0].Value + 1
 		eventually(t, 3*time.Minute, fmt.Sprintf("%s = %g", timeline, want), func() (bool, string) {
 			got, err := p.tryQuery(timeline)
