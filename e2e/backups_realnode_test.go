@@ -38,7 +38,7 @@ import (
 const (
 	archivedComposition = "database-real-archived"
 	// drilledComposition archives as archivedComposition does, with a
-	// restore drill every two minutes.
+	// restore drill every minute.
 	drilledComposition = "database-real-drilled"
 	s3Namespace        = "storage"
 	s3Service          = "s3"
@@ -170,7 +170,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	if err := s.applyComposition(ctx, archivedComposition, storage(map[string]any{"enabled": false})); err != nil {
 		return o, err
 	}
-	return o, s.applyComposition(ctx, drilledComposition, storage(map[string]any{"schedule": "*/2 * * * *"}))
+	return o, s.applyComposition(ctx, drilledComposition, storage(map[string]any{"schedule": "* * * * *"}))
 }
 
 // repository is where a Database's pgBackRest repository is in the bucket.
@@ -273,7 +273,7 @@ func TestBackups(t *testing.T) {
 	s.step(t, "Drill", func(t *testing.T) { s.drill(t, store, ns) })
 }
 
-// drill: a Database whose Composition drills every two minutes; the drill
+// drill: a Database whose Composition drills every minute; the drill
 // restores its newest backup and the archive after it in a pod of its own,
 // checks it, and BackupVerified says so with the rows read; a byte changed
 // in that backup in the bucket makes the next drill fail, and the

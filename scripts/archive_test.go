@@ -76,8 +76,15 @@ func startS3(t *testing.T, root string) *s3Server {
 	return s
 }
 
+// start starts the server unless it runs already: a test that stops it
+// defers a start for its failure paths, and starts it itself on the way
+// that succeeds (a second server would overwrite s.cmd and outlive the
+// test, which it did).
 func (s *s3Server) start(t *testing.T) {
 	t.Helper()
+	if s.cmd != nil {
+		return
+	}
 	f, err := os.OpenFile(filepath.Join(s.dir, "versitygw.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +356,7 @@ func (c *cluster) firstBackup(t *testing.T, side *sidecar) time.Duration {
 }
 
 func TestArchive(t *testing.T) {
+	t.Parallel()
 	tl := requirePostgres(t)
 	root := newRoot(t, tl)
 	s3 := startS3(t, root)
@@ -648,6 +656,7 @@ func (c *cluster) drill(t *testing.T, in *instance) (DrillVerdict, string, error
 }
 
 func TestDrill(t *testing.T) {
+	t.Parallel()
 	tl := requirePostgres(t)
 	root := newRoot(t, tl)
 	s3 := startS3(t, root)
