@@ -584,6 +584,28 @@ clone_once() {
 	log "clone completed in $((SECONDS - started))s (${size} MB)"
 }
 
+# clear_stale_lock: removes PGDATA's postmaster.pid when the process it
+# names is not a postgres. A postmaster killed at once (its node died, or
+# the kubelet's SIGKILL) leaves the lock naming its PID, which is 1 (it is
+# the container's process, exec'd); in the next container PID 1 is this
+# script, alive and of the same user, so every postgres started here but
+# the exec'd one (pg_rewind's single-user crash recovery, postgres
+# --single) refused to start ("lock file already exists") and a former
+# primary was cloned whole instead of rewound. Only this container runs a
+# postmaster on this volume, and none runs yet when this is called; a live
+# postgres of that PID is left alone (postgres itself decides then).
+clear_stale_lock() {
+	local pid='' comm=''
+	[[ -f $PGDATA/postmaster.pid ]] || return 0
+	read -r pid <"$PGDATA/postmaster.pid" || true
+	if [[ $pid =~ ^[0-9]+$ ]]; then
+		comm=$(cat "/proc/$pid/comm" 2>/dev/null) || comm=''
+		[[ $comm == postgres || $comm == postmaster ]] && return 0
+	fi
+	log "removing the stale lock $PGDATA/postmaster.pid: PID ${pid:-?} is ${comm:-not running} here, not a postmaster of this copy"
+	rm -f "$PGDATA/postmaster.pid"
+}
+
 # rewind_once: pg_rewind PGDATA onto the primary at PRIMARY_HOST, as the
 # superuser (pg_rewind reads the source's files through functions only a
 # superuser may call by default). It copies what changed since the fork,
@@ -620,6 +642,7 @@ rewind_once() {
 	# a standby that can never stream (seen in CI: 176 bytes past the fork;
 	# the sidecar then had it cloned). Such a copy of a former primary
 	# finishes its recovery first, as pg_rewind itself would.
+	clear_stale_lock
 	if [[ ! -f $PGDATA/standby.signal ]] &&
 		[[ $(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p') == "shut down in recovery" ]]; then
 		log "$PGDATA was shut down in the middle of its crash recovery: finishing it (postgres --single) so that pg_rewind sees all of its WAL"

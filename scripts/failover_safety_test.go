@@ -344,6 +344,63 @@ func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 	}
 }
 
+// TestRejoinAfterKillWithStaleLock: a primary killed at once (its node
+// died: SIGKILL to everything) leaves postmaster.pid naming its PID, which
+// in a pod is 1; in the next container PID 1 is the entrypoint itself,
+// alive, so the crash recovery pg_rewind runs first (postgres --single)
+// refused to start ("lock file already exists"), pg_rewind failed and the
+// former primary was cloned whole instead of rewound (seen on a real node
+// killed in e2e TestNodes/PrimaryNodeDies). Here the lock names another
+// live process of the postgres user, which postgres treats the same way.
+func TestRejoinAfterKillWithStaleLock(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	c := newCluster(t, tl, newRoot(t, tl), "sl-db")
+	p, s := c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, 5000) i")
+	c.waitReplayed(t, p, s)
+	// p writes what s never gets, and is lost without a shutdown.
+	c.stopStreaming(t, s)
+	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(5001, 5100) i")
+	p.kill()
+	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
+		t.Fatalf("pg_promote: %q", got)
+	}
+	// The lock a SIGKILL leaves, naming a live process that is not a
+	// postgres (kill() stops postgres with pg_ctl, which removes it).
+	holder := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
+	writeFile(t, filepath.Join(p.pgdata, "postmaster.pid"), fmt.Sprintf("%d\n%s\n", holder.Process.Pid, p.pgdata))
+	tl.chown(t, filepath.Join(p.pgdata, "postmaster.pid"))
+
+	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
+	want := c.tableChecksums(t, s, c.db)
+	p.start(t, fmt.Sprintf("PRIMARY_PORT=%d", s.port))
+	took := p.waitReady(t, 120*time.Second)
+	log := p.lastLog()
+	t.Logf("timing: former primary rejoined in %v", took.Round(time.Millisecond))
+	if !strings.Contains(log, "rewound onto the primary") || strings.Contains(log, "cloning the primary") {
+		t.Errorf("log: want a rewind, not a clone:\n%s", tail(log, 25))
+	}
+	if !strings.Contains(log, "stale lock") {
+		t.Errorf("log does not say the stale lock was removed:\n%s", tail(log, 25))
+	}
+	if diff := cmp.Diff(want, c.tableChecksums(t, p, c.db)); diff != "" {
+		t.Errorf("tables (-new primary +former primary):\n%s", diff)
+	}
+	if err := syscall.Kill(holder.Process.Pid, 0); err != nil {
+		t.Errorf("the process the stale lock named is gone: %v", err)
+	}
+}
+
 // TestPrimaryRefusesStandbyData: the ConfigMap key primary names an
 // ordinal whose data is a standby's that was never promoted (edited by
 // hand, or the ConfigMap and status lost). Before the fix the entrypoint
