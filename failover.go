@@ -115,6 +115,11 @@ type instancePods struct {
 	// a container back (CrashLoopBackOff): the supervised roll, roll.go.
 	Revision     map[string]string
 	CrashLooping map[string]bool
+	// Node is, by pod name, the node the pod was placed on; NotReady why
+	// a pod is not ready, in the words of its Ready condition or its
+	// deletion (the Instances condition).
+	Node     map[string]string
+	NotReady map[string]string
 }
 
 // failoverOutcome is the failover Job's termination message, as its pod
@@ -618,11 +623,21 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 	if !ok {
 		return instancePods{}
 	}
-	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}, Revision: map[string]string{}, CrashLooping: map[string]bool{}}
+	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}, Revision: map[string]string{}, CrashLooping: map[string]bool{},
+		Node: map[string]string{}, NotReady: map[string]string{}}
 	for _, r := range rs.GetItems() {
 		pod := r.GetResource()
 		name := stringAt(pod, "metadata", "name")
-		if name == "" || stringAt(pod, "metadata", "deletionTimestamp") != "" {
+		if name == "" {
+			continue
+		}
+		if n := stringAt(pod, "spec", "nodeName"); n != "" {
+			out.Node[name] = n
+		}
+		if stringAt(pod, "metadata", "deletionTimestamp") != "" {
+			// A pod on a node that stopped answering stays so until the
+			// node returns or is declared gone (docs/failover.md).
+			out.NotReady[name] = "being deleted (Terminating)"
 			continue
 		}
 		if f, ok := podFence(pod); ok {
@@ -641,6 +656,9 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 			switch stringAt(cs, "type") {
 			case string(corev1.PodReady):
 				out.Ready[name] = stringAt(cs, "status") == string(corev1.ConditionTrue)
+				if !out.Ready[name] {
+					out.NotReady[name] = strings.TrimSpace(or(stringAt(cs, "message"), stringAt(cs, "reason")))
+				}
 			case string(corev1.PodScheduled):
 				if stringAt(cs, "status") == string(corev1.ConditionFalse) && stringAt(cs, "reason") == corev1.PodReasonUnschedulable {
 					out.Unschedulable[name] = stringAt(cs, "message")

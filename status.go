@@ -28,6 +28,7 @@ const (
 	condRestored      = "Restored"
 	condWritable      = "Writable"
 	condScheduled     = "Scheduled"
+	condInstances     = "Instances"
 	condWALArchive    = "WALArchive"
 	// condBackupVerified is the restore drill's verdict (drill.go).
 	condBackupVerified = "BackupVerified"
@@ -164,6 +165,9 @@ func conditions(db *database, p *plan, o *observed) []condition {
 	if c, ok := scheduledCondition(db, p, o); ok {
 		out = append(out, c)
 	}
+	if c, ok := instancesCondition(db, p, o); ok {
+		out = append(out, c)
+	}
 	if p.Roll != nil && p.Roll.Condition.Type != "" {
 		out = append(out, p.Roll.Condition)
 	}
@@ -203,6 +207,46 @@ func scheduledCondition(db *database, p *plan, o *observed) (condition, bool) {
 		return condition{condScheduled, fnv1.Status_STATUS_CONDITION_TRUE, "OneNodeEach", "every instance is on a node of its own (spread Required)"}, true
 	}
 	return condition{condScheduled, fnv1.Status_STATUS_CONDITION_TRUE, "MayShareNodes", "every instance has a node; spread is Preferred, so instances may share one, and a node's loss can take a primary and its standby together"}, true
+}
+
+// instancesCondition names each instance that is not ready, the node it is
+// on, whether it is the primary, and why (its Ready condition's words, its
+// deletion, a crash loop, no node): a lost node or a crash-looping standby
+// is read in the Database's status, not searched for among its pods. Only
+// for several instances, and only when their pods were read or the
+// StatefulSet counts them all ready (a healthy Database reads no pod).
+func instancesCondition(db *database, p *plan, o *observed) (condition, bool) {
+	in := o.Instances
+	if p.Replicas < 2 || !in.Resolved {
+		return condition{}, false
+	}
+	var lost []string
+	for k := range int(p.Replicas) {
+		pod := podName(db, k)
+		if in.Ready[pod] {
+			continue
+		}
+		what := pod
+		if k == p.Primary {
+			what += " (the primary)"
+		}
+		if n := in.Node[pod]; n != "" {
+			what += " on node " + n
+		}
+		why := or(in.NotReady[pod], "not ready")
+		switch {
+		case in.CrashLooping[pod]:
+			why = "postgres is in CrashLoopBackOff (its log says why)"
+		case in.Unschedulable[pod] != "":
+			why = "on no node (condition " + condScheduled + ")"
+		}
+		lost = append(lost, what+": "+why)
+	}
+	if len(lost) == 0 {
+		return condition{condInstances, fnv1.Status_STATUS_CONDITION_TRUE, "AllReady", fmt.Sprintf("all %d instances are ready", p.Replicas)}, true
+	}
+	return condition{condInstances, fnv1.Status_STATUS_CONDITION_FALSE, "InstancesNotReady", fmt.Sprintf(
+		"%d of %d instances ready; not ready: %s", int(p.Replicas)-len(lost), p.Replicas, strings.Join(lost, "; "))}, true
 }
 
 // writableCondition: with durability sync a commit returns only once a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -162,6 +163,83 @@ status:
 		setSpec(t, req, `{version: "16", size: small}`)
 		if c := conditionOf(runTest(t, req), condScheduled); c != nil {
 			t.Errorf("Scheduled for one instance: %v", c)
+		}
+	})
+}
+
+// TestInstancesCondition: Instances names each instance that is not ready,
+// its node, whether it is the primary, and why, in the words the pod gives.
+func TestInstancesCondition(t *testing.T) {
+	pod := func(k int, extra string) *structpb.Struct {
+		name := fmt.Sprintf("analytics-%d", k)
+		deleted := ""
+		if strings.HasPrefix(extra, "deleted\n") {
+			extra, deleted = strings.TrimPrefix(extra, "deleted\n"), "\n  deletionTimestamp: \"2026-12-03T10:00:00Z\""
+		}
+		return yamlStruct(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: data
+  labels: {app.kubernetes.io/name: postgresql, app.kubernetes.io/instance: analytics, app.kubernetes.io/component: database, statefulset.kubernetes.io/pod-name: %s}%s
+%s`, name, name, deleted, extra))
+	}
+	ready := func(k int) *structpb.Struct {
+		return pod(k, fmt.Sprintf(`spec: {nodeName: node-%d}
+status: {conditions: [{type: Ready, status: "True"}]}`, k))
+	}
+	cases := map[string]struct {
+		pods []*structpb.Struct
+		want string // status/reason
+		says []string
+	}{
+		"AllReady": {nil, "STATUS_CONDITION_TRUE/AllReady", []string{"all 3 instances are ready"}},
+		"StandbyNotReady": {[]*structpb.Struct{ready(0), ready(1), pod(2, `spec: {nodeName: node-2}
+status: {conditions: [{type: Ready, status: "False", reason: ContainersNotReady, message: "containers with unready status: [postgres]"}]}`)},
+			"STATUS_CONDITION_FALSE/InstancesNotReady", []string{"2 of 3 instances ready", "analytics-2 on node node-2: containers with unready status: [postgres]"}},
+		"PrimaryOnALostNode": {[]*structpb.Struct{pod(0, `deleted
+spec: {nodeName: node-0}
+status: {conditions: [{type: Ready, status: "False"}]}`), ready(1), ready(2)},
+			"STATUS_CONDITION_FALSE/InstancesNotReady", []string{"analytics-0 (the primary) on node node-0: being deleted (Terminating)"}},
+		"CrashLooping": {[]*structpb.Struct{ready(0), pod(1, `spec: {nodeName: node-1}
+status:
+  conditions: [{type: Ready, status: "False", reason: ContainersNotReady}]
+  containerStatuses: [{name: postgres, state: {waiting: {reason: CrashLoopBackOff}}}]`), ready(2)},
+			"STATUS_CONDITION_FALSE/InstancesNotReady", []string{"analytics-1 on node node-1: postgres is in CrashLoopBackOff"}},
+		"OnNoNode": {[]*structpb.Struct{ready(0), ready(1), pod(2, `status: {conditions: [{type: PodScheduled, status: "False", reason: Unschedulable, message: "0/2 nodes are available"}]}`)},
+			"STATUS_CONDITION_FALSE/InstancesNotReady", []string{"analytics-2: on no node (condition Scheduled)"}},
+		"NoPodYet": {[]*structpb.Struct{ready(0), ready(1)},
+			"STATUS_CONDITION_FALSE/InstancesNotReady", []string{"analytics-2: not ready"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := largeSteady(t)
+			cluster := append([]*structpb.Struct{}, exampleCluster(t)...)
+			if tc.pods == nil {
+				cluster = append(cluster, instancePodsOf(t, req)...)
+			} else {
+				cluster = append(cluster, tc.pods...)
+			}
+			c := conditionOf(runTestIn(t, req, cluster), condInstances)
+			if c == nil {
+				t.Fatal("no Instances condition")
+			}
+			if got := c.GetStatus().String() + "/" + c.GetReason(); got != tc.want {
+				t.Fatalf("Instances %q, want %q (%s)", got, tc.want, c.GetMessage())
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(c.GetMessage(), s) {
+					t.Errorf("the condition does not say %q: %s", s, c.GetMessage())
+				}
+			}
+		})
+	}
+	t.Run("OneInstance", func(t *testing.T) {
+		req := xrRequest(yamlStruct(t, validXR), nil)
+		setSpec(t, req, `{version: "16", size: small}`)
+		if c := conditionOf(runTest(t, req), condInstances); c != nil {
+			t.Errorf("Instances for one instance: %v", c)
 		}
 	})
 }
