@@ -584,26 +584,34 @@ clone_once() {
 	log "clone completed in $((SECONDS - started))s (${size} MB)"
 }
 
-# clear_stale_lock: removes PGDATA's postmaster.pid when the process it
-# names is not a postgres. A postmaster killed at once (its node died, or
-# the kubelet's SIGKILL) leaves the lock naming its PID, which is 1 (it is
-# the container's process, exec'd); in the next container PID 1 is this
-# script, alive and of the same user, so every postgres started here but
-# the exec'd one (pg_rewind's single-user crash recovery, postgres
-# --single) refused to start ("lock file already exists") and a former
-# primary was cloned whole instead of rewound. Only this container runs a
-# postmaster on this volume, and none runs yet when this is called; a live
-# postgres of that PID is left alone (postgres itself decides then).
-clear_stale_lock() {
-	local pid='' comm=''
-	[[ -f $PGDATA/postmaster.pid ]] || return 0
-	read -r pid <"$PGDATA/postmaster.pid" || true
-	if [[ $pid =~ ^[0-9]+$ ]]; then
-		comm=$(cat "/proc/$pid/comm" 2>/dev/null) || comm=''
-		[[ $comm == postgres || $comm == postmaster ]] && return 0
-	fi
-	log "removing the stale lock $PGDATA/postmaster.pid: PID ${pid:-?} is ${comm:-not running} here, not a postmaster of this copy"
-	rm -f "$PGDATA/postmaster.pid"
+# clear_stale_locks: removes the postmaster's lock files, postmaster.pid in
+# PGDATA and the socket's .s.PGSQL.PGPORT.lock in PGHOST (an emptyDir: it
+# outlives the containers), when the PID they name is not a live postgres.
+# A postmaster killed at once (its node died) leaves both. The pod's
+# containers share one PID namespace, so when the node returns and the pod
+# runs in a new sandbox, PIDs start over and the PID named (12 or 13: the
+# entrypoint execs postgres) is often some live process of the same user:
+# postgres then takes the lock for a live postmaster's. Seen on killed
+# nodes (e2e TestNodes): pg_rewind's single-user crash recovery refused
+# ("lock file already exists"), so the former primary was cloned whole
+# instead of rewound; or every postmaster refused the socket's lock,
+# restart after restart, and the former primary never rejoined. Called at
+# every start of this script, when none of this container's postmasters
+# runs (the hold and retry paths start over without one); a live postgres
+# of that PID is left to postgres to judge.
+clear_stale_locks() {
+	local f pid comm
+	for f in "$PGDATA/postmaster.pid" "$PGHOST/.s.PGSQL.$PGPORT.lock"; do
+		[[ -f $f ]] || continue
+		pid='' comm=''
+		read -r pid <"$f" || true
+		if [[ $pid =~ ^[0-9]+$ ]]; then
+			comm=$(cat "/proc/$pid/comm" 2>/dev/null) || comm=''
+			[[ $comm == postgres || $comm == postmaster ]] && continue
+		fi
+		log "removing the stale lock $f: PID ${pid:-?} is ${comm:-not running} here, not a postmaster"
+		rm -f "$f"
+	done
 }
 
 # rewind_once: pg_rewind PGDATA onto the primary at PRIMARY_HOST, as the
@@ -642,7 +650,6 @@ rewind_once() {
 	# a standby that can never stream (seen in CI: 176 bytes past the fork;
 	# the sidecar then had it cloned). Such a copy of a former primary
 	# finishes its recovery first, as pg_rewind itself would.
-	clear_stale_lock
 	if [[ ! -f $PGDATA/standby.signal ]] &&
 		[[ $(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p') == "shut down in recovery" ]]; then
 		log "$PGDATA was shut down in the middle of its crash recovery: finishing it (postgres --single) so that pg_rewind sees all of its WAL"
@@ -759,6 +766,7 @@ if [[ -f $SCRIPTS_DIR/pgbackrest.conf ]] && ! command -v pgbackrest >/dev/null; 
 		"use an image with it (docs/backups.md), or remove objectStorage from the input"
 fi
 
+clear_stale_locks
 if ((ordinal == $(current_primary))); then
 	primary
 else

@@ -345,13 +345,13 @@ func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 }
 
 // TestRejoinAfterKillWithStaleLock: a primary killed at once (its node
-// died: SIGKILL to everything) leaves postmaster.pid naming its PID, which
-// in a pod is 1; in the next container PID 1 is the entrypoint itself,
-// alive, so the crash recovery pg_rewind runs first (postgres --single)
-// refused to start ("lock file already exists"), pg_rewind failed and the
-// former primary was cloned whole instead of rewound (seen on a real node
-// killed in e2e TestNodes/PrimaryNodeDies). Here the lock names another
-// live process of the postgres user, which postgres treats the same way.
+// died) leaves its lock files, postmaster.pid and the socket's lock, naming
+// its PID; when the node returns, the pod's new sandbox starts PIDs over and
+// that PID is often a live process of the postgres user. Postgres then takes
+// the locks for a live postmaster's: pg_rewind's crash recovery (postgres
+// --single) refused and the former primary was cloned whole instead of
+// rewound, or every postmaster refused the socket's lock and it never
+// rejoined (both seen in e2e TestNodes/PrimaryNodeDies).
 func TestRejoinAfterKillWithStaleLock(t *testing.T) {
 	t.Parallel()
 	tl := requirePostgres(t)
@@ -371,15 +371,17 @@ func TestRejoinAfterKillWithStaleLock(t *testing.T) {
 	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
 		t.Fatalf("pg_promote: %q", got)
 	}
-	// The lock a SIGKILL leaves, naming a live process that is not a
-	// postgres (kill() stops postgres with pg_ctl, which removes it).
+	// The locks a SIGKILL leaves, naming a live process that is not a
+	// postgres (kill() stops postgres with pg_ctl, which removes them).
 	holder := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), "sleep", "600")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
-	writeFile(t, filepath.Join(p.pgdata, "postmaster.pid"), fmt.Sprintf("%d\n%s\n", holder.Process.Pid, p.pgdata))
-	tl.chown(t, filepath.Join(p.pgdata, "postmaster.pid"))
+	for _, f := range []string{filepath.Join(p.pgdata, "postmaster.pid"), filepath.Join(p.sock, fmt.Sprintf(".s.PGSQL.%d.lock", p.port))} {
+		writeFile(t, f, fmt.Sprintf("%d\n%s\n", holder.Process.Pid, p.pgdata))
+		tl.chown(t, f)
+	}
 
 	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
 	want := c.tableChecksums(t, s, c.db)
@@ -390,8 +392,8 @@ func TestRejoinAfterKillWithStaleLock(t *testing.T) {
 	if !strings.Contains(log, "rewound onto the primary") || strings.Contains(log, "cloning the primary") {
 		t.Errorf("log: want a rewind, not a clone:\n%s", tail(log, 25))
 	}
-	if !strings.Contains(log, "stale lock") {
-		t.Errorf("log does not say the stale lock was removed:\n%s", tail(log, 25))
+	if n := strings.Count(log, "removing the stale lock"); n != 2 {
+		t.Errorf("log says %d stale locks removed, want 2:\n%s", n, tail(log, 25))
 	}
 	if diff := cmp.Diff(want, c.tableChecksums(t, p, c.db)); diff != "" {
 		t.Errorf("tables (-new primary +former primary):\n%s", diff)
