@@ -107,10 +107,16 @@ func volumeClaimTemplate(name string, size resource.Quantity, class string) core
 // node does not survive that node. Required (plan.SpreadRequired): an
 // instance no node can take stays Pending, and the Scheduled condition says
 // so; preferred: a cluster with fewer nodes than instances still runs them
-// all, sharing nodes.
+// all, sharing nodes. The term selects the instance pods only (with their
+// component): the scheduler also keeps a new pod off every node whose pods'
+// required anti-affinity selects it, and the backup, restore and failover
+// Jobs' pods carry the name and instance labels too. Selected by those two
+// alone, the volume dump (which must run beside ordinal 0) could run
+// nowhere and the failover Job only on a node without an instance (seen on
+// several real nodes: e2e TestNodes).
 func spreadInstances(db *database, required bool) *corev1.Affinity {
 	term := corev1.PodAffinityTerm{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+		LabelSelector: &metav1.LabelSelector{MatchLabels: instanceLabels(db)},
 		TopologyKey:   corev1.LabelHostname,
 	}
 	if required {
@@ -132,7 +138,7 @@ func spreadZones(db *database) []corev1.TopologySpreadConstraint {
 		MaxSkew:           1,
 		TopologyKey:       corev1.LabelTopologyZone,
 		WhenUnsatisfiable: corev1.ScheduleAnyway,
-		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(db)},
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: instanceLabels(db)},
 	}}
 }
 

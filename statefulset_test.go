@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 )
 
 func TestDeletionPolicy(t *testing.T) {
@@ -107,7 +108,8 @@ func TestSpreadInstances(t *testing.T) {
 				req.Observed.Resources[string(rnStatefulSet)] = encodeObserved(t, sts)
 				req.Input = yamlStruct(t, input)
 			}
-			spec := desiredSTS(t, runTest(t, req)).Spec.Template.Spec
+			sts := desiredSTS(t, runTest(t, req))
+			spec := sts.Spec.Template.Spec
 			anti := spec.Affinity.PodAntiAffinity
 			got := map[bool]string{true: required, false: preferred}[len(anti.RequiredDuringSchedulingIgnoredDuringExecution) > 0]
 			if got != tc.want || len(anti.RequiredDuringSchedulingIgnoredDuringExecution)+len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
@@ -115,10 +117,32 @@ func TestSpreadInstances(t *testing.T) {
 			}
 			zones := []corev1.TopologySpreadConstraint{{
 				MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway,
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders"}},
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders", "app.kubernetes.io/component": "database"}},
 			}}
 			if d := cmp.Diff(zones, spec.TopologySpreadConstraints); d != "" {
 				t.Errorf("topology spread (-want +got):\n%s", d)
+			}
+			// The term selects the instances and none of the Jobs' pods:
+			// the scheduler keeps a pod off every node whose pods' required
+			// anti-affinity selects it (the volume dump must run beside
+			// ordinal 0; the failover Job anywhere).
+			var term corev1.PodAffinityTerm
+			if tc.want == required {
+				term = anti.RequiredDuringSchedulingIgnoredDuringExecution[0]
+			} else {
+				term = anti.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
+			}
+			sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sel.Matches(k8slabels.Set(sts.Spec.Template.Labels)) {
+				t.Errorf("the anti-affinity term %v does not select the instance pods", sel)
+			}
+			for _, c := range []string{componentBackup, componentRestore, componentFailover, componentDrill, componentFullBackup, componentArchiveCheck} {
+				if sel.Matches(k8slabels.Set(labels(testDB(), c))) {
+					t.Errorf("the anti-affinity term %v selects the %s Job's pods", sel, c)
+				}
 			}
 		})
 	}
