@@ -463,6 +463,22 @@ func TestNodes(t *testing.T) {
 	s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) })
 }
 
+// postgresTail is the last n lines of the pod's postgres container's log
+// (its previous container's if previous), less the configuration noise.
+func (s *suite) postgresTail(ns, pod string, previous bool, n int) string {
+	b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	var lines []string
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		if !strings.Contains(l, "skipping missing configuration file") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
 // postmasterPID is the first line of the instance's postmaster.pid, read
 // from its volume's folder on this machine ("none" when there is none).
 func (s *suite) postmasterPID(ns, pod string) string {
@@ -589,6 +605,36 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	}
 	revived = true
 	t.Logf("%s Ready again %s after its restart (down %s)", victim.name, time.Since(back).Round(100*time.Millisecond), time.Since(lost).Round(time.Second))
+	// The old primary's pod runs again on the same node: its containers
+	// start in a new sandbox (a new PID namespace, shared by the pod's
+	// containers), with the volumes and emptyDirs of before. While it is
+	// not ready, its postgres logs say why.
+	wedged := ""
+	eventually(t, realReady, "the old primary "+from+" ready again", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cur, prev := s.postgresTail(ns, from, false, 8), s.postgresTail(ns, from, true, 8)
+		// A known defect (notes/issue-22.md, session 18): the socket's
+		// lock file in the pod's run emptyDir names the dead sandbox's
+		// postmaster PID; when that PID is alive in the new sandbox, every
+		// postmaster refuses to start, restart after restart. Reported as
+		// a failure; the pod is deleted (a new emptyDir), as an operator
+		// would, so that the rest of the scenario still checks the data.
+		if wedged == "" && strings.Contains(cur+prev, `.s.PGSQL.5432.lock" already exists`) && postgresRestarts(p) >= 3 {
+			wedged = cur + " | " + prev
+			if i := strings.Index(wedged, "FATAL:  lock file"); i >= 0 {
+				wedged = wedged[i:min(len(wedged), i+200)]
+			}
+			t.Errorf("the old primary %s cannot start: its socket's stale lock file names a PID alive in its new sandbox (%d restarts): %s", from, postgresRestarts(p), wedged)
+			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete %s: %v", from, err)
+			}
+			return false, "deleted the wedged pod"
+		}
+		return podReady(p) && p.DeletionTimestamp == nil, fmt.Sprintf("%s; restarts %d; its postgres log: %s; before: %s", s.podsState(ns, db), postgresRestarts(p), cur, prev)
+	})
 	// How the old primary rejoins is logged, not asserted: pg_rewind is
 	// what it should be, but a clone is what it is today. The node's death
 	// leaves the postmaster's lock file and a control file "in
