@@ -460,7 +460,10 @@ func TestNodes(t *testing.T) {
 	if !ok {
 		return
 	}
-	s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) })
+	if !s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) }) {
+		return
+	}
+	s.step(t, "NodeGoneForGood", func(t *testing.T) { s.nodeGoneForGood(t, d, ns, db, writerName) })
 }
 
 // postgresTail is the last n lines of the pod's postgres container's log
@@ -667,4 +670,111 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "PrimaryLost" {
 		t.Errorf("status.failover.last.reason %q, want PrimaryLost", r)
 	}
+}
+
+// nodeGoneForGood loses a standby's node for good and follows the
+// procedure of docs/failover.md ("A node lost for good"): the node tainted
+// out of service (non-graceful node shutdown: its pods are deleted by
+// force), the lost instance's claims and its re-created, pending pod
+// deleted (their volumes are on the dead node); the StatefulSet creates pod
+// and claims again, the scheduler places the pod on the one node without an
+// instance, and the standby clones the primary there. The writer writes
+// all along; nothing acknowledged may be lost.
+func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName string) {
+	ctx := context.Background()
+	primary := s.waitWhole(t, d, ns, db, "before the node is lost", nil)
+	where := s.placement(t, ns, db)
+	w, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := w.Spec.NodeName
+	lost := "" // the standby whose node is lost
+	for _, pod := range slices.Sorted(mapKeys(where)) {
+		if pod != primary {
+			lost = pod
+			break
+		}
+	}
+	victim := s.poolNodeNamed(where[lost])
+	if victim == nil || victim.name == spare {
+		t.Fatalf("the standby %s runs on %q, not a pool node of its own", lost, where[lost])
+	}
+	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := time.Now()
+	killed, err := victim.kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s, the standby %s's node, for good (%d processes)", victim.name, lost, killed)
+	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !nodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
+	})
+	t.Logf("%s NotReady %s after its death", victim.name, time.Since(fault).Round(100*time.Millisecond))
+
+	// 1. Out of service: the taint eviction and the pod GC delete its pods
+	// by force.
+	nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	if _, err := s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("taint %s out of service: %v", victim.name, err)
+	}
+	tainted := time.Now()
+	eventually(t, 2*time.Minute, "the pod "+lost+" on "+victim.name+" deleted", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.UID != old.UID, fmt.Sprintf("%s on %s, deletionTimestamp %v", p.Name, p.Spec.NodeName, p.DeletionTimestamp)
+	})
+	t.Logf("%s's pod deleted %s after the taint", lost, time.Since(tainted).Round(100*time.Millisecond))
+	t.Logf("with %s out of service: %s", victim.name, conditionsString(d.get(t)))
+	// 2. Its claims (bound to volumes on the dead node), then the pending
+	// pod that holds them (pvc-protection).
+	var claims []string
+	for _, v := range s.statefulSet(t, ns, db).Spec.VolumeClaimTemplates {
+		claims = append(claims, v.Name+"-"+lost)
+	}
+	for _, c := range claims {
+		if err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete claim %s: %v", c, err)
+		}
+	}
+	if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, lost, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete the pending pod %s: %v", lost, err)
+	}
+	t.Logf("deleted %s's claims (%s) and its pending pod", lost, strings.Join(claims, ", "))
+	var placed string
+	eventually(t, realReady, lost+" re-created on another node and ready", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		placed = p.Spec.NodeName
+		return placed != "" && placed != victim.name && podReady(p), s.podsState(ns, db) + "; " + s.postgresTail(ns, lost, false, 4)
+	})
+	t.Logf("%s ready on %s %s after the node's death (%s after the taint)", lost, placed, time.Since(fault).Round(time.Second), time.Since(tainted).Round(time.Second))
+	if placed != spare {
+		t.Errorf("%s placed on %s, want %s, the one node without an instance", lost, placed, spare)
+	}
+	if how := s.rejoinedBy(ns, lost); how != rejoinClone {
+		t.Errorf("%s on its new node: %s, want a clone", lost, how)
+	}
+	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+		scenario: "NodeGoneForGood", durability: checker.Sync,
+		from: primary, to: primary, fault: fault, promoted: time.Now(),
+	})
 }
