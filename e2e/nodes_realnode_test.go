@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/writer"
@@ -710,6 +711,18 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		t.Fatal(err)
 	}
 	t.Logf("killed %s, the standby %s's node, for good (%d processes)", victim.name, lost, killed)
+	defer func() {
+		// Failed half way: the dead node's pods would hold the Database's
+		// removal (its pods never finish terminating there).
+		if t.Failed() {
+			pods, _ := s.instancePods(ns, db)
+			for _, p := range pods {
+				if p.Spec.NodeName == victim.name {
+					_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+				}
+			}
+		}
+	}()
 	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
 		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
 		if err != nil {
@@ -721,12 +734,17 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 
 	// 1. Out of service: the taint eviction and the pod GC delete its pods
 	// by force.
-	nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	if _, err := s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{}); err != nil {
+	// The node lifecycle controller taints the node (unreachable) at
+	// about the same time: read and update again on a conflict.
+	if err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		_, err = s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("taint %s out of service: %v", victim.name, err)
 	}
 	tainted := time.Now()
