@@ -10,15 +10,21 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 )
 
 const (
@@ -185,6 +191,10 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--use-service-account-credentials=false",
 		"--leader-elect=false",
 		"--pvclaimbinder-sync-period=2s",
+		// A node that stops renewing its lease (TestNodes kills one) is
+		// NotReady after 20 s instead of 50: within the failover's RTO.
+		// The kubelets renew every 10 s, kwok every 10 s (its flag below).
+		"--node-monitor-grace-period=20s",
 		"--v=1",
 	)
 	c.scheduler = newProc(dir, "kube-scheduler", c.binary("kube-scheduler"),
@@ -202,6 +212,10 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--node-ip=127.0.0.1",
 		"--cidr=10.244.0.0/16",
+		// Leases renewed every 10 s (a quarter of the duration): without
+		// them kwok's only heartbeat is the node status every 20-45 s,
+		// longer than the controller manager's grace above.
+		"--node-lease-duration-seconds=40",
 		"--config="+c.binary("kwok-stages.yaml"),
 		"--v=INFO",
 	)
@@ -303,88 +317,156 @@ func (c *cluster) stop() {
 	}
 }
 
-// provision plays a static volume provisioner: every Pending claim gets a
-// PersistentVolume pre-bound to it (same class, size and access modes), which
-// the controller manager's PV binder binds. Pods of a StatefulSet with volume
-// claim templates can then be scheduled on the kwok node. Nothing is mounted:
-// kwok runs no containers.
+// provisionerName is the suite's volume provisioner, for StorageClasses
+// whose claims wait for the scheduler (WaitForFirstConsumer).
+const provisionerName = "e2e.function-database/hostpath"
+
+// provision plays a volume provisioner, driven by a watch of the claims (an
+// informer; its resync brings back the claims of a namespace holdPVs held):
+// every Pending claim gets a PersistentVolume pre-bound to it (same class,
+// size and access modes), which the controller manager's PV binder binds.
+// A claim of a StorageClass with volumeBindingMode WaitForFirstConsumer
+// waits for the scheduler to pick its pod's node (annotation
+// volume.kubernetes.io/selected-node), and its volume is made on that node
+// with that node's affinity, as local-path-provisioner does; any other claim
+// is bound at once, on the first real node in a real namespace. Nothing is
+// mounted for kwok, which runs no containers.
 func (c *cluster) provision(ctx context.Context) {
 	defer close(c.provDone)
 	cs := c.kube.cs
+	factory := informers.NewSharedInformerFactory(cs, 2*time.Second)
+	claims := factory.Core().V1().PersistentVolumeClaims()
+	classes := factory.Storage().V1().StorageClasses()
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	enqueue := func(o any) {
+		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && pvc.Status.Phase == corev1.ClaimPending && pvc.Spec.VolumeName == "" {
+			queue.Add(pvc.Namespace + "/" + pvc.Name)
+		}
+	}
+	_, _ = claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, o any) { enqueue(o) },
+	})
+	_ = classes.Informer() // registered before Start
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		queue.ShutDown()
+	}()
 	for {
-		select {
-		case <-ctx.Done():
+		key, quit := queue.Get()
+		if quit {
+			factory.Shutdown()
 			return
-		case <-time.After(300 * time.Millisecond):
 		}
-		hold, _ := c.holdPVs.Load().(string)
-		pvcs, err := cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
+		ns, name, _ := strings.Cut(key, "/")
+		pvc, err := claims.Lister().PersistentVolumeClaims(ns).Get(name)
+		if err == nil {
+			err = c.provisionClaim(ctx, pvc, classes.Lister())
 		}
-		for i := range pvcs.Items {
-			pvc := &pvcs.Items[i]
-			if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Namespace == hold {
-				continue
+		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			c.provMu.Lock()
+			c.provError = err
+			c.provMu.Unlock()
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
+
+// provisionClaim makes the volume of one claim, if it is Pending and its
+// turn has come.
+func (c *cluster) provisionClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, classes storagelisters.StorageClassLister) error {
+	hold, _ := c.holdPVs.Load().(string)
+	if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Namespace == hold {
+		return nil
+	}
+	class := ""
+	if pvc.Spec.StorageClassName != nil {
+		class = *pvc.Spec.StorageClassName
+	}
+	// The first real node unless the scheduler picks (WaitForFirstConsumer).
+	node := realNodeName
+	if class != "" {
+		sc, err := classes.Get(class)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
+			if sc.Provisioner != provisionerName {
+				return nil
 			}
-			class := ""
-			if pvc.Spec.StorageClassName != nil {
-				class = *pvc.Spec.StorageClassName
-			}
-			mode := corev1.PersistentVolumeFilesystem
-			if pvc.Spec.VolumeMode != nil {
-				mode = *pvc.Spec.VolumeMode
-			}
-			size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-			pv := &corev1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{Name: "pv-" + string(pvc.UID), Labels: map[string]string{"e2e.function-database/provisioned": "true"}},
-				Spec: corev1.PersistentVolumeSpec{
-					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
-					AccessModes:                   pvc.Spec.AccessModes,
-					StorageClassName:              class,
-					VolumeMode:                    &mode,
-					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-					ClaimRef: &corev1.ObjectReference{
-						Kind: "PersistentVolumeClaim", APIVersion: "v1",
-						Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID,
-					},
-					PersistentVolumeSource: corev1.PersistentVolumeSource{
-						HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/e2e/" + string(pvc.UID)},
-					},
-				},
-			}
-			if c.isRealNamespace(ctx, pvc.Namespace) {
-				// A real folder on the real node, owned by the uid the
-				// database pods run as (hostPath volumes get no fsGroup).
-				path := filepath.Join(c.realVolumes, pvc.Namespace+"-"+pvc.Name+"-"+string(pvc.UID))
-				err := os.MkdirAll(path, 0o700)
-				if err == nil {
-					err = os.Chown(path, 999, 999)
-				}
-				if err != nil {
-					c.provMu.Lock()
-					c.provError = fmt.Errorf("volume folder %s: %w", path, err)
-					c.provMu.Unlock()
-					continue
-				}
-				dirType := corev1.HostPathDirectory
-				pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: path, Type: &dirType}
-				pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
-					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-						Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{realNodeName},
-					}}}},
-				}}
-			}
-			if len(pv.Spec.AccessModes) == 0 {
-				pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
-			}
-			if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				c.provMu.Lock()
-				c.provError = fmt.Errorf("provision %s/%s: %w", pvc.Namespace, pvc.Name, err)
-				c.provMu.Unlock()
+			node = pvc.Annotations["volume.kubernetes.io/selected-node"]
+			if node == "" {
+				return nil // the scheduler has not picked a node yet
 			}
 		}
 	}
+	mode := corev1.PersistentVolumeFilesystem
+	if pvc.Spec.VolumeMode != nil {
+		mode = *pvc.Spec.VolumeMode
+	}
+	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + string(pvc.UID), Labels: map[string]string{"e2e.function-database/provisioned": "true"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:                   pvc.Spec.AccessModes,
+			StorageClassName:              class,
+			VolumeMode:                    &mode,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef: &corev1.ObjectReference{
+				Kind: "PersistentVolumeClaim", APIVersion: "v1",
+				Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID,
+			},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/e2e/" + string(pvc.UID)},
+			},
+		},
+	}
+	affinity := func(node string) *corev1.VolumeNodeAffinity {
+		return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+			}}}},
+		}}
+	}
+	if c.isRealNamespace(ctx, pvc.Namespace) {
+		// A real folder on the node, owned by the uid the database pods
+		// run as (hostPath volumes get no fsGroup).
+		path := filepath.Join(c.volumesOf(node), pvc.Namespace+"-"+pvc.Name+"-"+string(pvc.UID))
+		err := os.MkdirAll(path, 0o700)
+		if err == nil {
+			err = os.Chown(path, 999, 999)
+		}
+		if err != nil {
+			return fmt.Errorf("volume folder %s: %w", path, err)
+		}
+		dirType := corev1.HostPathDirectory
+		pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: path, Type: &dirType}
+		pv.Spec.NodeAffinity = affinity(node)
+	} else if node != realNodeName {
+		pv.Spec.NodeAffinity = affinity(node)
+	}
+	if len(pv.Spec.AccessModes) == 0 {
+		pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	if _, err := c.kube.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("provision %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return nil
+}
+
+// volumesOf is the folder of a real node's volumes: the first node's
+// (realVolumes), or a pool node's (nodes/<name>/volumes).
+func (c *cluster) volumesOf(node string) string {
+	if node == realNodeName {
+		return c.realVolumes
+	}
+	return filepath.Join(c.dir, "nodes", node, "volumes")
 }
 
 // isRealNamespace tells whether a namespace's pods run on the real node.

@@ -738,6 +738,13 @@ var knownLost = map[int64]bool{}
 // error). A pod, so that the writes cross the real network and Service.
 func (s *suite) writerPod(t *testing.T, ns, name, db string) {
 	t.Helper()
+	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), s.writerPodSpec(ns, name, db), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create writer pod: %v", err)
+	}
+}
+
+// writerPodSpec is the pod writerPod creates.
+func (s *suite) writerPodSpec(ns, name, db string) *corev1.Pod {
 	secret := db + "-credentials"
 	env := []corev1.EnvVar{
 		{Name: "PGHOST", Value: svc(db, ns)},
@@ -750,10 +757,7 @@ func (s *suite) writerPod(t *testing.T, ns, name, db string) {
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
-	p := psqlPod(ns, name, "writer", []string{"bash", "-c", writer.Script}, env)
-	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create writer pod: %v", err)
-	}
+	return psqlPod(ns, name, "writer", []string{"bash", "-c", writer.Script}, env)
 }
 
 func lastLines(s string, n int) string {

@@ -27,7 +27,10 @@ type suite struct {
 	xp   *crossplane
 	reg  *ociRegistry // the packages' registry
 	k    *kube
-	node *node  // the real node, started by the first real-node test
+	node *node // the real node, started by the first real-node test
+	// pool are the real nodes TestNodes starts beside it, and stops
+	// (nodes_realnode_test.go); guarded by mu.
+	pool []*node
 	bin  string // the tools' folder (crossplane, crane, ...)
 
 	// installed is what readmeInstall ran: README's Install blocks, each
@@ -409,6 +412,13 @@ func (s *suite) procs() []*proc {
 	if s.node != nil {
 		ps = append(ps, s.node.procs()...)
 	}
+	s.mu.Lock()
+	for _, n := range s.pool {
+		if n != nil {
+			ps = append(ps, n.procs()...)
+		}
+	}
+	s.mu.Unlock()
 	return ps
 }
 
@@ -417,6 +427,7 @@ func (s *suite) stop() {
 		s.xp.stop()
 	}
 	s.reg.stop()
+	s.stopPool()
 	if s.node != nil {
 		s.node.stop()
 	}
@@ -435,6 +446,8 @@ func (s *suite) dumpLogs(n int) {
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "logs", "*.log"))
 	// The real node's pods: every container's log (podLogsDir/<pod>/<container>/N.log).
 	pods, _ := filepath.Glob(filepath.Join(s.dir, "node", "pods", "*", "*", "*.log"))
+	poolPods, _ := filepath.Glob(filepath.Join(s.dir, "nodes", "*", "pods", "*", "*", "*.log"))
+	pods = append(pods, poolPods...)
 	for _, l := range append(logs, pods...) {
 		if !seen[l] {
 			fmt.Printf("\n----- last %d lines of %s -----\n%s\n", n, l, tailFile(l, n))

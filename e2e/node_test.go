@@ -68,6 +68,23 @@ type node struct {
 	cl   *cluster
 	sock string // containerd's socket
 
+	// name is the Node's; the first node is realNodeName, the pool's
+	// (TestNodes, nodes_realnode_test.go) are poolNode(i).
+	name string
+	// labels are the kubelet's --node-labels.
+	labels string
+	// cgroupRoot is the kubelet's cgroupRoot ("" for the first node: the
+	// default, /): the pool's kubelets each have one of their own, so that
+	// none sees another's pod cgroups as orphans to kill.
+	cgroupRoot string
+	// rangeStart and rangeEnd bound the node's pod addresses (host-local)
+	// inside podCIDR on the shared bridge: the nodes never hand out the
+	// same address.
+	rangeStart, rangeEnd string
+	// tars are the image archives imported into containerd (the pool's
+	// nodes import the first node's).
+	tars []string
+
 	containerd, kubelet, proxy, dns, router *proc
 	guard                                   bool
 	api                                     net.Listener // exposeAPI's
@@ -99,7 +116,12 @@ var realNodeNeeds = []struct{ path, from string }{
 }
 
 func (s *suite) startNode(ctx context.Context) (*node, error) {
-	n := &node{dir: filepath.Join(s.dir, "node"), bin: s.cl.bin, cl: s.cl}
+	n := &node{
+		dir: filepath.Join(s.dir, "node"), bin: s.cl.bin, cl: s.cl,
+		name: realNodeName, labels: "type=real",
+		// The pool's nodes take from 10.88.128.0 up (poolNode).
+		rangeStart: "10.88.0.2", rangeEnd: "10.88.127.254",
+	}
 	t0 := time.Now()
 	if os.Geteuid() != 0 {
 		return n, errors.New("the real node needs root (cgroups, network namespaces, iptables)")
@@ -174,7 +196,16 @@ func (n *node) path(parts ...string) string {
 	return filepath.Join(append([]string{n.dir}, parts...)...)
 }
 
-func (n *node) log() string { return filepath.Join(filepath.Dir(n.dir), "logs", "node-setup.log") }
+func (n *node) log() string { return filepath.Join(n.cl.dir, "logs", n.procName("node-setup")+".log") }
+
+// procName is the name of one of the node's processes (and its log): the
+// first node's keep their names, the pool's carry the node's.
+func (n *node) procName(what string) string {
+	if n.name == realNodeName {
+		return what
+	}
+	return what + "-" + n.name
+}
 
 // sh runs a setup command; its output goes to the node's setup log.
 func (n *node) sh(ctx context.Context, bin string, args ...string) error {
@@ -299,16 +330,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     "ipam": {
       "type": "host-local",
       "dataDir": %q,
-      "ranges": [[{"subnet": %q, "gateway": %q}]],
+      "ranges": [[{"subnet": %q, "rangeStart": %q, "rangeEnd": %q, "gateway": %q}]],
       "routes": [{"dst": "0.0.0.0/0"}]
     }
   }]
 }
-`, bridgeName, n.path("cni", "ipam"), podCIDR, bridgeIP)
+`, bridgeName, n.path("cni", "ipam"), podCIDR, n.rangeStart, n.rangeEnd, bridgeIP)
 	if err := os.WriteFile(n.path("cni", "net.d", "10-fdb-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	n.containerd = newProc(filepath.Dir(n.dir), "containerd", "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
+	n.containerd = newProc(n.cl.dir, n.procName("containerd"), "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
+	return n.runContainerd(ctx)
+}
+
+// runContainerd starts the node's containerd (again, after kill) and waits
+// until it answers.
+func (n *node) runContainerd(ctx context.Context) error {
 	if err := n.containerd.start(); err != nil {
 		return err
 	}
@@ -400,7 +437,14 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 			return err
 		}
 	}
-	for _, tar := range []string{pauseTar, exporterTar, pgTar} {
+	n.tars = []string{pauseTar, exporterTar, pgTar}
+	return n.importTars(ctx)
+}
+
+// importTars imports n.tars into containerd's k8s.io namespace, where the
+// CRI looks.
+func (n *node) importTars(ctx context.Context) error {
+	for _, tar := range n.tars {
 		if err := n.sh(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", tar); err != nil {
 			return err
 		}
@@ -505,7 +549,7 @@ func writeImage(path string, layer v1.Layer, cfg v1.Config, refs []string, more 
 }
 
 func (n *node) startKubelet(ctx context.Context) error {
-	crt, key, err := n.cl.pki.ca.issue(certSpec{cn: "system:node:" + realNodeName, orgs: []string{"system:nodes"}, client: true})
+	crt, key, err := n.cl.pki.ca.issue(certSpec{cn: "system:node:" + n.name, orgs: []string{"system:nodes"}, client: true})
 	if err != nil {
 		return err
 	}
@@ -563,18 +607,27 @@ fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
 maxPods: 40
 `, bridgeIP, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.caCrt, realNodeTaint)
+	if n.cgroupRoot != "" {
+		cfg += "cgroupRoot: " + n.cgroupRoot + "\n"
+	}
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.kubelet = newProc(filepath.Dir(n.dir), "kubelet", n.binary("kubelet"),
+	n.kubelet = newProc(n.cl.dir, n.procName("kubelet"), n.binary("kubelet"),
 		"--config="+n.path("kubelet.yaml"),
 		"--kubeconfig="+kcfg,
 		"--root-dir="+n.path("kubelet"),
-		"--hostname-override="+realNodeName,
+		"--hostname-override="+n.name,
 		"--node-ip="+bridgeIP,
-		"--node-labels=type=real",
+		"--node-labels="+n.labels,
 		"--v=1",
 	)
+	return n.runKubelet(ctx)
+}
+
+// runKubelet starts the node's kubelet (again, after kill) and waits until
+// its Node is Ready.
+func (n *node) runKubelet(ctx context.Context) error {
 	if err := n.kubelet.start(); err != nil {
 		return err
 	}
@@ -582,17 +635,25 @@ maxPods: 40
 		if ended, err := n.kubelet.exited(); ended {
 			return fmt.Errorf("kubelet exited: %w\n%s", err, n.kubelet.tail(20))
 		}
-		nd, err := n.cl.kube.cs.CoreV1().Nodes().Get(ctx, realNodeName, metav1.GetOptions{})
+		nd, err := n.cl.kube.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("node %s: %w", realNodeName, err)
+			return fmt.Errorf("node %s: %w", n.name, err)
 		}
-		for _, c := range nd.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if nodeReady(nd) {
+			return nil
 		}
-		return fmt.Errorf("node %s not Ready: %v", realNodeName, nd.Status.Conditions)
+		return fmt.Errorf("node %s not Ready: %v", n.name, nd.Status.Conditions)
 	})
+}
+
+// nodeReady tells whether the Node's Ready condition is True.
+func nodeReady(nd *corev1.Node) bool {
+	for _, c := range nd.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *node) kubeconfig(who string, crt, key []byte) (string, error) {
@@ -643,7 +704,7 @@ conntrack: {maxPerCore: 0}
 	if err := os.WriteFile(n.path("kube-proxy.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.proxy = newProc(filepath.Dir(n.dir), "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
+	n.proxy = newProc(n.cl.dir, "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
 	if err := n.proxy.start(); err != nil {
 		return err
 	}
@@ -737,7 +798,7 @@ func (n *node) startDNS(ctx context.Context) error {
 	if err := os.WriteFile(n.path("Corefile"), []byte(corefile), 0o644); err != nil {
 		return err
 	}
-	n.dns = newProc(filepath.Dir(n.dir), "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
+	n.dns = newProc(n.cl.dir, "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
 	if err := n.dns.start(); err != nil {
 		return err
 	}
@@ -761,7 +822,7 @@ func (n *node) startRouter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.router = newProc(filepath.Dir(n.dir), "kube-router", n.binary("kube-router"),
+	n.router = newProc(n.cl.dir, "kube-router", n.binary("kube-router"),
 		"--kubeconfig="+n.cl.kcfg,
 		"--hostname-override="+realNodeName,
 		"--run-firewall=true",
@@ -856,20 +917,48 @@ func removePodNetns() {
 	}
 }
 
-// killKubepods kills every process in the kubelet's pod cgroups (cgroup v1
-// here: the pids hierarchy holds them all).
+// killKubepods kills every process in the kubelets' pod cgroups (cgroup v1
+// here: the pids hierarchy holds them all), every node's.
 func killKubepods() {
 	for _, pid := range kubepodsPIDs("") {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
-// kubepodsPIDs are the processes in the kubelet's pod cgroups (cgroup v1,
-// cgroupfs driver: .../pod<UID>/...), of the pod with this UID only unless
-// uid is empty, each once.
+// cgroupV1 is where the cgroup v1 hierarchies are mounted.
+const cgroupV1 = "/sys/fs/cgroup"
+
+// kubepodsRoots are the pod cgroups of every kubelet of the suite in the
+// pids hierarchy: the first node's (cgroupRoot /) and the pool's
+// (cgroupRoot /e2e-<node>), including a killed run's.
+func kubepodsRoots() []string {
+	roots := []string{filepath.Join(cgroupV1, "pids", "kubepods")}
+	more, _ := filepath.Glob(filepath.Join(cgroupV1, "pids", "e2e-*", "kubepods"))
+	return append(roots, more...)
+}
+
+// kubepods is this node's pod cgroup in the pids hierarchy.
+func (n *node) kubepods() string {
+	return filepath.Join(cgroupV1, "pids", n.cgroupRoot, "kubepods")
+}
+
+// kubepodsPIDs are the processes in the kubelets' pod cgroups (cgroup v1,
+// cgroupfs driver: .../pod<UID>/...), of every node, of the pod with this
+// UID only unless uid is empty, each once.
 func kubepodsPIDs(uid string) []int {
 	var pids []int
-	_ = filepath.WalkDir("/sys/fs/cgroup/pids/kubepods", func(p string, d os.DirEntry, err error) error {
+	for _, root := range kubepodsRoots() {
+		pids = append(pids, kubepodsPIDsUnder(root, uid, pids)...)
+	}
+	return pids
+}
+
+// kubepodsPIDsUnder are the processes under one kubelet's pod cgroup root,
+// of the pod with this UID only unless uid is empty, each once and none of
+// seen.
+func kubepodsPIDsUnder(root, uid string, seen []int) []int {
+	var pids []int
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || (uid != "" && !strings.Contains(p, "pod"+uid)) {
 			return nil
 		}
@@ -878,7 +967,7 @@ func kubepodsPIDs(uid string) []int {
 			return nil
 		}
 		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !slices.Contains(pids, pid) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !slices.Contains(pids, pid) && !slices.Contains(seen, pid) {
 				pids = append(pids, pid)
 			}
 		}

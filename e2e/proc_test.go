@@ -115,6 +115,19 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
+// kill sends SIGKILL to the process at once and waits until it has ended:
+// a machine that dies, not a component that stops.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 func (p *proc) pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

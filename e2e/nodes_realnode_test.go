@@ -1,0 +1,798 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clientretry "k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/writer"
+	"github.com/example/function-database/internal/checker"
+)
+
+// The pool: real nodes beside the first one, started by TestNodes alone and
+// stopped at its end, so the rest of the suite runs as before. Each is a
+// kubelet and a containerd of its own (own root, state, socket, CNI range on
+// the shared bridge, cgroup root /e2e-<node>); kube-proxy, CoreDNS,
+// kube-router and the API server's forwarder stay the first node's, one for
+// the machine's one network namespace (every kubelet reports the bridge
+// address, and the API server reaches each on its own port).
+//
+// The pool's nodes carry poolLabel and a zone each, not type=real: the
+// function's pod and every other real namespace's pods stay on the first
+// node (killing a pool node never takes the function with it), and the
+// pool's namespace selects poolLabel.
+const (
+	poolLabel = "e2e.function-database/pool"
+	// Four nodes: a large Database's three instances on three of them, one
+	// a node (spread Required), and the fourth for the writer and the
+	// failover Job. The Job's pod carries the instances' selector labels
+	// (name and instance), so the instances' required anti-affinity repels
+	// it from every node that runs one (notes/issue-22.md, session 18): on
+	// three nodes it could run nowhere.
+	poolSize        = 4
+	poolClass       = "e2e-nodes" // WaitForFirstConsumer, the suite's provisioner
+	poolComposition = "database-nodes"
+)
+
+func poolNode(i int) string { return fmt.Sprintf("pool-node-%d", i) }
+
+func poolZone(i int) string { return fmt.Sprintf("zone-%d", i) }
+
+// startPool starts the pool's nodes (in parallel), the StorageClass their
+// claims use, and a Composition with the function's default spread
+// (Required: one node per instance) and that class. It returns once every
+// node is Ready; t's cleanup stops them all.
+func (s *suite) startPool(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	nodes := make([]*node, poolSize)
+	errs := make([]error, poolSize)
+	var wg sync.WaitGroup
+	for i := range poolSize {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nodes[i], errs[i] = s.startPoolNode(ctx, i+1)
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	s.pool = nodes
+	s.mu.Unlock()
+	t.Cleanup(func() { s.stopPool() })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: poolClass},
+		Provisioner:       provisionerName,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+	if _, err := s.k.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("StorageClass %s: %v", poolClass, err)
+	}
+	if err := s.applyComposition(ctx, poolComposition, func(input map[string]any) {
+		delete(input, "spread") // the default: Required
+		input["storageClassName"] = poolClass
+	}); err != nil {
+		t.Fatalf("Composition %s: %v", poolComposition, err)
+	}
+	logf("pool: %d nodes Ready in %s", poolSize, time.Since(t0).Round(time.Millisecond))
+	t.Logf("pool: %d nodes Ready in %s", poolSize, time.Since(t0).Round(time.Millisecond))
+}
+
+// startPoolNode starts pool node i (1-based): containerd with the first
+// node's images, and a kubelet.
+func (s *suite) startPoolNode(ctx context.Context, i int) (*node, error) {
+	name := poolNode(i)
+	third := 128 + 32*(i-1) // 10.88.128.0 - 10.88.255.255, 32 /24s a node
+	n := &node{
+		dir: filepath.Join(s.dir, "nodes", name), bin: s.cl.bin, cl: s.cl,
+		name:       name,
+		labels:     fmt.Sprintf("%s=true,%s=%s", poolLabel, corev1.LabelTopologyZone, poolZone(i)),
+		cgroupRoot: "/e2e-" + name,
+		rangeStart: fmt.Sprintf("10.88.%d.1", third), rangeEnd: fmt.Sprintf("10.88.%d.254", third+31),
+		tars: s.node.tars,
+	}
+	if n.dir != filepath.Dir(s.cl.volumesOf(name)) {
+		return n, fmt.Errorf("node %s: its folder %s is not where the provisioner puts its volumes (%s)", name, n.dir, s.cl.volumesOf(name))
+	}
+	t0 := time.Now()
+	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet", "pods", "volumes"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := n.makeCgroups(); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := n.importTars(ctx); err != nil {
+		return n, fmt.Errorf("node %s: images: %w", name, err)
+	}
+	if err := n.startKubelet(ctx); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	logf("pool: %s Ready in %s", name, time.Since(t0).Round(time.Millisecond))
+	return n, nil
+}
+
+// cgroupHierarchies are the mounted cgroup v1 hierarchies (the empty v2
+// mount, unified, aside).
+func cgroupHierarchies() []string {
+	entries, _ := os.ReadDir(cgroupV1)
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != "unified" {
+			out = append(out, filepath.Join(cgroupV1, e.Name()))
+		}
+	}
+	return out
+}
+
+// makeCgroups creates the node's cgroup root in every hierarchy: the
+// kubelet refuses a cgroupRoot that does not exist. A cpuset cgroup starts
+// with no CPU and no memory node: the parent's are copied.
+func (n *node) makeCgroups() error {
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, n.cgroupRoot)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if filepath.Base(h) == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join(h, f))
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return fmt.Errorf("%s: %w", filepath.Join(dir, f), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// removeCgroups removes the node's cgroup root and what its kubelet made
+// under it, deepest first (their processes are gone).
+func (n *node) removeCgroups() {
+	for _, h := range cgroupHierarchies() {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(h, n.cgroupRoot), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+		for _, d := range dirs {
+			_ = syscall.Rmdir(d)
+		}
+	}
+}
+
+// shimPIDs are the node's containerd shims (their command line names its
+// socket): they outlive containerd, and its containers outlive them.
+func (n *node) shimPIDs() []int {
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if strings.Contains(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, n.sock) {
+			if pid, err := strconv.Atoi(filepath.Base(d)); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// podNetns are the network namespaces (inode numbers) of the node's pods,
+// read from their processes.
+func (n *node) podNetns() map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, pid := range kubepodsPIDsUnder(n.kubepods(), "", nil) {
+		var st syscall.Stat_t
+		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil {
+			out[st.Ino] = true
+		}
+	}
+	return out
+}
+
+// deleteNetns deletes the named network namespaces (/run/netns) whose inode
+// is one of these: a pod's namespace outlives its processes as long as it is
+// named there, and with it its veth on the bridge and its address, which
+// would refuse connections at once where a dead machine answers nothing.
+func deleteNetns(inodes map[uint64]bool) []string {
+	var deleted []string
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/run/netns", e.Name()), &st) == nil && inodes[st.Ino] {
+			if exec.Command("ip", "netns", "delete", e.Name()).Run() == nil {
+				deleted = append(deleted, e.Name())
+			}
+		}
+	}
+	return deleted
+}
+
+// kill kills the node at once, as a machine that loses power: SIGKILL to
+// its kubelet and its containerd, then to its shims and every process in
+// its pod cgroups until none is left; then its pods' network namespaces go
+// (their addresses with them). It returns how many processes it killed
+// besides the kubelet and containerd.
+func (n *node) kill() (int, error) {
+	netns := n.podNetns()
+	n.kubelet.kill()
+	n.containerd.kill()
+	killed := map[int]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killed[pid] = true
+		}
+		if time.Now().After(deadline) {
+			return len(killed), fmt.Errorf("node %s: processes still alive 30 s after SIGKILL: %v", n.name, pids)
+		}
+		time.Sleep(20 * time.Millisecond) // until the kernel has reaped them
+	}
+	deleteNetns(netns)
+	return len(killed), nil
+}
+
+// revive starts the killed node's containerd and kubelet again (same
+// configuration, same state) and waits until the Node is Ready.
+func (n *node) revive(ctx context.Context) error {
+	if err := n.runContainerd(ctx); err != nil {
+		return err
+	}
+	return n.runKubelet(ctx)
+}
+
+// stopPool stops every pool node and deletes its Node: the tests after
+// TestNodes see the cluster they always did.
+func (s *suite) stopPool() {
+	s.mu.Lock()
+	pool := s.pool
+	s.pool = nil
+	s.mu.Unlock()
+	if len(pool) == 0 {
+		return
+	}
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, n := range pool {
+		if n == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.stopPoolNode()
+		}()
+	}
+	wg.Wait()
+	removePodNetns()
+	logf("pool: %d nodes stopped in %s", len(pool), time.Since(t0).Round(time.Millisecond))
+}
+
+// stopPoolNode stops the node's kubelet, its containers and containerd,
+// kills what is left, removes its cgroups and mounts, and deletes its Node.
+func (n *node) stopPoolNode() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if n.kubelet != nil {
+		n.kubelet.stop(k8sStop)
+	}
+	if n.containerd != nil {
+		if ended, _ := n.containerd.exited(); !ended {
+			n.removePods(ctx)
+		}
+		n.containerd.stop(k8sStop)
+	}
+	for range 50 {
+		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond) // until the kernel has reaped them
+	}
+	n.removeCgroups()
+	unmountUnder(n.dir)
+	if err := n.cl.kube.cs.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		logf("pool: delete node %s: %v", n.name, err)
+	}
+}
+
+// poolNamespace makes a namespace whose pods go to the pool's nodes.
+func (s *suite) poolNamespace(t *testing.T, ns string) {
+	t.Helper()
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   ns,
+		Labels: map[string]string{realNamespaceLabel: "true"},
+		Annotations: map[string]string{
+			"scheduler.alpha.kubernetes.io/node-selector":      poolLabel + "=true",
+			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
+		},
+	}}
+	if _, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+}
+
+// poolNodeNamed is the pool's node of this name, nil if none.
+func (s *suite) poolNodeNamed(name string) *node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.pool {
+		if n != nil && n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// placement maps each instance pod of the Database to its node.
+func (s *suite) placement(t *testing.T, ns, db string) map[string]string {
+	t.Helper()
+	pods, err := s.instancePods(ns, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods {
+		out[p.Name] = p.Spec.NodeName
+	}
+	return out
+}
+
+// TestNodes runs a Database on several real nodes: its instances one a
+// node (the function's default, spread Required), then its primary's node
+// killed while the checker's client writes. Run it alone with
+// `hack/e2e.sh -run '^TestNodes$'`.
+func TestNodes(t *testing.T) {
+	s := env
+	s.realNode(t)
+	s.startPool(t)
+	const ns, db, writerName = "nodes-real", "ledger", "writer"
+	s.poolNamespace(t, ns)
+	var d database
+	t.Cleanup(func() {
+		if d.name != "" {
+			s.removeDatabases(t, d)
+		}
+	})
+	var where map[string]string // instance pod → node
+	ok := s.step(t, "Spread", func(t *testing.T) {
+		u := realDatabase(t, ns, db, "large", map[string]any{"durability": "sync", "backup.enabled": false})
+		if err := unstructured.SetNestedField(u.Object, poolComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+			t.Fatal(err)
+		}
+		d = s.create(t, u)
+		u = s.waitRealReady(t, d)
+		t.Logf("Ready: %s", conditionsString(u))
+		where = s.placement(t, ns, db)
+		if len(where) != 3 {
+			t.Fatalf("want 3 instance pods: %v", where)
+		}
+		nodes, zones := map[string]bool{}, map[string]bool{}
+		var lines []string
+		for _, pod := range slices.Sorted(mapKeys(where)) {
+			name := where[pod]
+			nd, err := s.k.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			zone := nd.Labels[corev1.LabelTopologyZone]
+			if nd.Labels[poolLabel] != "true" {
+				t.Errorf("%s runs on %s, not a pool node", pod, name)
+			}
+			nodes[name], zones[zone] = true, true
+			// Its data volume is a folder of that node, with its affinity.
+			pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "data-"+pod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pv, err := s.k.cs.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pv.Spec.HostPath == nil || !strings.HasPrefix(pv.Spec.HostPath.Path, s.cl.volumesOf(name)+"/") {
+				t.Errorf("%s's volume %s is not a folder of %s: %+v", pod, pv.Name, name, pv.Spec.HostPath)
+			}
+			if na := pv.Spec.NodeAffinity; na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 ||
+				!slices.Equal(na.Required.NodeSelectorTerms[0].MatchExpressions[0].Values, []string{name}) {
+				t.Errorf("%s's volume %s is not bound to %s: %+v", pod, pv.Name, name, na)
+			}
+			lines = append(lines, fmt.Sprintf("%s on %s (%s)", pod, name, zone))
+		}
+		t.Logf("instances: %s", strings.Join(lines, ", "))
+		if len(nodes) != 3 || len(zones) != 3 {
+			t.Errorf("want the 3 instances on 3 nodes in 3 zones: %s", strings.Join(lines, ", "))
+		}
+		if c := getCondition(u, "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
+			t.Errorf("Scheduled %s/%s (%s), want True/OneNodeEach", c.Status, c.Reason, c.Message)
+		}
+		if p := str(u, "status", "primary"); p != db+"-0" {
+			t.Errorf("status.primary %q, want %s-0", p, db)
+		}
+	})
+	if !ok {
+		return
+	}
+	if !s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) }) {
+		return
+	}
+	s.step(t, "NodeGoneForGood", func(t *testing.T) { s.nodeGoneForGood(t, d, ns, db, writerName) })
+}
+
+// postgresTail is the last n lines of the pod's postgres container's log
+// (its previous container's if previous), less the configuration noise.
+func (s *suite) postgresTail(ns, pod string, previous bool, n int) string {
+	b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	var lines []string
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		if !strings.Contains(l, "skipping missing configuration file") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// postmasterPID is the first line of the instance's postmaster.pid, read
+// from its volume's folder on this machine ("none" when there is none).
+func (s *suite) postmasterPID(ns, pod string) string {
+	ctx := context.Background()
+	pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-"+pod, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	pv, err := s.k.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.HostPath == nil {
+		return fmt.Sprintf("(no hostPath volume: %v)", err)
+	}
+	b, err := os.ReadFile(filepath.Join(pv.Spec.HostPath.Path, "pgdata", "postmaster.pid"))
+	if err != nil {
+		return "none"
+	}
+	pid, _, _ := strings.Cut(string(b), "\n")
+	return pid
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// primaryNodeDies kills the node of the Database's primary while the
+// checker's client writes from the pool's spare node (where the failover
+// Job runs too): the node goes NotReady, a standby is promoted, writes are
+// acknowledged again through the rw Service; then the node comes back and
+// the old primary rejoins as a standby. Nothing acknowledged may be lost
+// (durability sync).
+func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName string, where map[string]string) {
+	ctx := context.Background()
+	used := map[string]bool{}
+	for _, n := range where {
+		used[n] = true
+	}
+	spare := ""
+	for i := 1; i <= poolSize; i++ {
+		if !used[poolNode(i)] {
+			spare = poolNode(i)
+			break
+		}
+	}
+	if spare == "" {
+		t.Fatalf("no pool node without an instance: %v", where)
+	}
+	w := s.writerPodSpec(ns, writerName, db)
+	w.Spec.NodeSelector = map[string]string{corev1.LabelHostname: spare}
+	if _, err := s.k.cs.CoreV1().Pods(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create writer pod: %v", err)
+	}
+	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
+		log := s.podLog(ns, writerName, "writer")
+		return !lastAcknowledged(writer.Parse(log)).IsZero(), lastLines(log, 3)
+	})
+
+	u := d.get(t)
+	from := str(u, "status", "primary")
+	count, _, _ := unstructured.NestedInt64(u.Object, "status", "failover", "count")
+	victim := s.poolNodeNamed(where[from])
+	if victim == nil {
+		t.Fatalf("the primary %s runs on %q, not a pool node", from, where[from])
+	}
+	t.Logf("the writer writes from %s; killing %s, the node of the primary %s", spare, victim.name, from)
+	// The postmaster's lock file, which the kill leaves behind (the
+	// entrypoint execs postgres: the PID is the entrypoint's in its
+	// container).
+	t.Logf("%s's postmaster.pid names PID %s", from, s.postmasterPID(ns, from))
+
+	lost := time.Now()
+	killed, err := victim.kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s: kubelet, containerd and %d processes (shims, containers) in %s", victim.name, killed, time.Since(lost).Round(time.Millisecond))
+	revived := false
+	defer func() {
+		if !revived { // the test failed before: the node comes back for the cleanup
+			_ = victim.revive(ctx)
+		}
+	}()
+
+	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !nodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
+	})
+	notReady := time.Since(lost)
+	t.Logf("%s NotReady %s after its death", victim.name, notReady.Round(100*time.Millisecond))
+
+	var to string
+	eventually(t, 4*time.Minute, "a standby promoted in place of "+from, func() (bool, string) {
+		u := d.get(t)
+		to = str(u, "status", "primary")
+		c := getCondition(u, "Failover")
+		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
+	})
+	promoted := time.Now()
+	t.Logf("%s (on %s) promoted in place of %s %s after the node's death", to, where[to], from, promoted.Sub(lost).Round(100*time.Millisecond))
+	eventually(t, 2*time.Minute, "writes acknowledged through "+db+" after the promotion", func() (bool, string) {
+		log := s.podLog(ns, writerName, "writer")
+		return lastAcknowledged(writer.Parse(log)).After(promoted), lastLines(log, 3)
+	})
+	rto := checker.MeasureRTO(writer.Parse(s.podLog(ns, writerName, "writer")), lost)
+	t.Logf("writes acknowledged again on the new timeline %s after the node's death (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
+	// What the Database says with an instance on a dead node.
+	u = d.get(t)
+	t.Logf("with %s dead: %s", victim.name, conditionsString(u))
+	if !strings.Contains(conditionsString(u), from) {
+		t.Logf("no condition names the lost instance %s", from)
+	}
+
+	back := time.Now()
+	if err := victim.revive(ctx); err != nil {
+		t.Fatalf("revive %s: %v", victim.name, err)
+	}
+	revived = true
+	t.Logf("%s Ready again %s after its restart (down %s)", victim.name, time.Since(back).Round(100*time.Millisecond), time.Since(lost).Round(time.Second))
+	// The old primary's pod runs again on the same node: its containers
+	// start in a new sandbox (a new PID namespace, shared by the pod's
+	// containers), with the volumes and emptyDirs of before. While it is
+	// not ready, its postgres logs say why.
+	wedged := ""
+	eventually(t, realReady, "the old primary "+from+" ready again", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		cur, prev := s.postgresTail(ns, from, false, 8), s.postgresTail(ns, from, true, 8)
+		// A known defect (notes/issue-22.md, session 18): the socket's
+		// lock file in the pod's run emptyDir names the dead sandbox's
+		// postmaster PID; when that PID is alive in the new sandbox, every
+		// postmaster refuses to start, restart after restart. Reported as
+		// a failure; the pod is deleted (a new emptyDir), as an operator
+		// would, so that the rest of the scenario still checks the data.
+		if wedged == "" && strings.Contains(cur+prev, `.s.PGSQL.5432.lock" already exists`) && postgresRestarts(p) >= 3 {
+			wedged = cur + " | " + prev
+			if i := strings.Index(wedged, "FATAL:  lock file"); i >= 0 {
+				wedged = wedged[i:min(len(wedged), i+200)]
+			}
+			t.Errorf("the old primary %s cannot start: its socket's stale lock file names a PID alive in its new sandbox (%d restarts): %s", from, postgresRestarts(p), wedged)
+			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete %s: %v", from, err)
+			}
+			return false, "deleted the wedged pod"
+		}
+		return podReady(p) && p.DeletionTimestamp == nil, fmt.Sprintf("%s; restarts %d; its postgres log: %s; before: %s", s.podsState(ns, db), postgresRestarts(p), cur, prev)
+	})
+	// How the old primary rejoins is logged, not asserted: pg_rewind is
+	// what it should be, but a clone is what it is today. The node's death
+	// leaves the postmaster's lock file and a control file "in
+	// production"; pg_rewind then runs postgres --single for the crash
+	// recovery, which finds the PID of the lock file alive in the new
+	// container (the entrypoint's own: it execs postgres, so the old
+	// postmaster had the PID the new entrypoint has again; to postgres
+	// --single it is neither itself nor its parent) and refuses ("lock file
+	// postmaster.pid already exists"); the entrypoint falls back to a clone
+	// (notes/issue-22.md, session 18).
+	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+		scenario: "PrimaryNodeDies", durability: checker.Sync,
+		from: from, to: to, fault: lost, promoted: promoted,
+	})
+	how := s.rejoinedBy(ns, from)
+	t.Logf("the old primary %s rejoined as a standby by %s %s after its node's restart; its postmaster's PID in its container is %s", from, how, time.Since(back).Round(time.Second), s.postmasterPID(ns, from))
+	if how != rejoinRewind {
+		for _, previous := range []bool{false, true} {
+			b, _ := s.k.cs.CoreV1().Pods(ns).GetLogs(from, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(ctx)
+			for l := range strings.SplitSeq(string(b), "\n") {
+				if strings.Contains(l, "pg_rewind") || strings.Contains(l, "lock file") {
+					t.Logf("  %s", l)
+				}
+			}
+		}
+	}
+	if c, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count"); c <= count {
+		t.Errorf("status.failover.count %d, want more than %d", c, count)
+	}
+	if r := str(d.get(t), "status", "failover", "last", "reason"); r != "PrimaryLost" {
+		t.Errorf("status.failover.last.reason %q, want PrimaryLost", r)
+	}
+}
+
+// nodeGoneForGood loses a standby's node for good and follows the
+// procedure of docs/failover.md ("A node lost for good"): the node tainted
+// out of service (non-graceful node shutdown: its pods are deleted by
+// force), the lost instance's claims and its re-created, pending pod
+// deleted (their volumes are on the dead node); the StatefulSet creates pod
+// and claims again, the scheduler places the pod on the one node without an
+// instance, and the standby clones the primary there. The writer writes
+// all along; nothing acknowledged may be lost.
+func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName string) {
+	ctx := context.Background()
+	primary := s.waitWhole(t, d, ns, db, "before the node is lost", nil)
+	where := s.placement(t, ns, db)
+	w, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := w.Spec.NodeName
+	lost := "" // the standby whose node is lost
+	for _, pod := range slices.Sorted(mapKeys(where)) {
+		if pod != primary {
+			lost = pod
+			break
+		}
+	}
+	victim := s.poolNodeNamed(where[lost])
+	if victim == nil || victim.name == spare {
+		t.Fatalf("the standby %s runs on %q, not a pool node of its own", lost, where[lost])
+	}
+	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := time.Now()
+	killed, err := victim.kill()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s, the standby %s's node, for good (%d processes)", victim.name, lost, killed)
+	defer func() {
+		// Failed half way: the dead node's pods would hold the Database's
+		// removal (its pods never finish terminating there).
+		if t.Failed() {
+			pods, _ := s.instancePods(ns, db)
+			for _, p := range pods {
+				if p.Spec.NodeName == victim.name {
+					_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+				}
+			}
+		}
+	}()
+	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return !nodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
+	})
+	t.Logf("%s NotReady %s after its death", victim.name, time.Since(fault).Round(100*time.Millisecond))
+
+	// 1. Out of service: the taint eviction and the pod GC delete its pods
+	// by force.
+	// The node lifecycle controller taints the node (unreachable) at
+	// about the same time: read and update again on a conflict.
+	if err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		_, err = s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("taint %s out of service: %v", victim.name, err)
+	}
+	tainted := time.Now()
+	eventually(t, 2*time.Minute, "the pod "+lost+" on "+victim.name+" deleted", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.UID != old.UID, fmt.Sprintf("%s on %s, deletionTimestamp %v", p.Name, p.Spec.NodeName, p.DeletionTimestamp)
+	})
+	t.Logf("%s's pod deleted %s after the taint", lost, time.Since(tainted).Round(100*time.Millisecond))
+	t.Logf("with %s out of service: %s", victim.name, conditionsString(d.get(t)))
+	// 2. Its claims (bound to volumes on the dead node), then the pending
+	// pod that holds them (pvc-protection).
+	var claims []string
+	for _, v := range s.statefulSet(t, ns, db).Spec.VolumeClaimTemplates {
+		claims = append(claims, v.Name+"-"+lost)
+	}
+	for _, c := range claims {
+		if err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("delete claim %s: %v", c, err)
+		}
+	}
+	if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, lost, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete the pending pod %s: %v", lost, err)
+	}
+	t.Logf("deleted %s's claims (%s) and its pending pod", lost, strings.Join(claims, ", "))
+	var placed string
+	eventually(t, realReady, lost+" re-created on another node and ready", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		placed = p.Spec.NodeName
+		return placed != "" && placed != victim.name && podReady(p), s.podsState(ns, db) + "; " + s.postgresTail(ns, lost, false, 4)
+	})
+	t.Logf("%s ready on %s %s after the node's death (%s after the taint)", lost, placed, time.Since(fault).Round(time.Second), time.Since(tainted).Round(time.Second))
+	if placed != spare {
+		t.Errorf("%s placed on %s, want %s, the one node without an instance", lost, placed, spare)
+	}
+	if how := s.rejoinedBy(ns, lost); how != rejoinClone {
+		t.Errorf("%s on its new node: %s, want a clone", lost, how)
+	}
+	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
+		scenario: "NodeGoneForGood", durability: checker.Sync,
+		from: primary, to: primary, fault: fault, promoted: time.Now(),
+	})
+}
