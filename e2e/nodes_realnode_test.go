@@ -45,11 +45,9 @@ import (
 const (
 	poolLabel = "e2e.function-database/pool"
 	// Four nodes: a large Database's three instances on three of them, one
-	// a node (spread Required), and the fourth for the writer and the
-	// failover Job. The Job's pod carries the instances' selector labels
-	// (name and instance), so the instances' required anti-affinity repels
-	// it from every node that runs one (notes/issue-22.md, session 18): on
-	// three nodes it could run nowhere.
+	// a node (spread Required), and the fourth for the writer and for the
+	// instance NodeGoneForGood rebuilds. (Before spread selected the
+	// instance pods only, the failover Job could run only there too.)
 	poolSize        = 4
 	poolClass       = "e2e-nodes" // WaitForFirstConsumer, the suite's provisioner
 	poolComposition = "database-nodes"
@@ -596,12 +594,12 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	})
 	rto := checker.MeasureRTO(writer.Parse(s.podLog(ns, writerName, "writer")), lost)
 	t.Logf("writes acknowledged again on the new timeline %s after the node's death (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
-	// What the Database says with an instance on a dead node.
-	u = d.get(t)
-	t.Logf("with %s dead: %s", victim.name, conditionsString(u))
-	if !strings.Contains(conditionsString(u), from) {
-		t.Logf("no condition names the lost instance %s", from)
-	}
+	// The Database names the instance on the dead node, and the node.
+	eventually(t, time.Minute, "condition Instances naming "+from+" on "+victim.name, func() (bool, string) {
+		c := getCondition(d.get(t), "Instances")
+		return c.Status == "False" && strings.Contains(c.Message, from+" on node "+victim.name), fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+	})
+	t.Logf("with %s dead: %s", victim.name, conditionsString(d.get(t)))
 
 	back := time.Now()
 	if err := victim.revive(ctx); err != nil {
@@ -620,12 +618,13 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 			return false, err.Error()
 		}
 		cur, prev := s.postgresTail(ns, from, false, 8), s.postgresTail(ns, from, true, 8)
-		// A known defect (notes/issue-22.md, session 18): the socket's
-		// lock file in the pod's run emptyDir names the dead sandbox's
-		// postmaster PID; when that PID is alive in the new sandbox, every
-		// postmaster refuses to start, restart after restart. Reported as
-		// a failure; the pod is deleted (a new emptyDir), as an operator
-		// would, so that the rest of the scenario still checks the data.
+		// The wedge the entrypoint's clear_stale_locks mends (notes/
+		// issue-22.md, session 18): the socket's lock file in the pod's
+		// run emptyDir named the dead sandbox's postmaster PID; when that
+		// PID was alive in the new sandbox, every postmaster refused to
+		// start, restart after restart. Reported as a failure; the pod is
+		// deleted (a new emptyDir), as an operator would, so that the rest
+		// of the scenario still checks the data.
 		if wedged == "" && strings.Contains(cur+prev, `.s.PGSQL.5432.lock" already exists`) && postgresRestarts(p) >= 3 {
 			wedged = cur + " | " + prev
 			if i := strings.Index(wedged, "FATAL:  lock file"); i >= 0 {
@@ -639,16 +638,10 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 		}
 		return podReady(p) && p.DeletionTimestamp == nil, fmt.Sprintf("%s; restarts %d; its postgres log: %s; before: %s", s.podsState(ns, db), postgresRestarts(p), cur, prev)
 	})
-	// How the old primary rejoins is logged, not asserted: pg_rewind is
-	// what it should be, but a clone is what it is today. The node's death
-	// leaves the postmaster's lock file and a control file "in
-	// production"; pg_rewind then runs postgres --single for the crash
-	// recovery, which finds the PID of the lock file alive in the new
-	// container (the entrypoint's own: it execs postgres, so the old
-	// postmaster had the PID the new entrypoint has again; to postgres
-	// --single it is neither itself nor its parent) and refuses ("lock file
-	// postmaster.pid already exists"); the entrypoint falls back to a clone
-	// (notes/issue-22.md, session 18).
+	// The old primary rejoins by pg_rewind: the kill left its lock files
+	// naming a PID that may be alive in the new sandbox, and before
+	// clear_stale_locks pg_rewind's crash recovery refused them and the
+	// entrypoint cloned the whole database instead (six runs of ten).
 	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
 		scenario: "PrimaryNodeDies", durability: checker.Sync,
 		from: from, to: to, fault: lost, promoted: promoted,
@@ -656,6 +649,7 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	how := s.rejoinedBy(ns, from)
 	t.Logf("the old primary %s rejoined as a standby by %s %s after its node's restart; its postmaster's PID in its container is %s", from, how, time.Since(back).Round(time.Second), s.postmasterPID(ns, from))
 	if how != rejoinRewind {
+		t.Errorf("the old primary %s rejoined by %s, want %s", from, how, rejoinRewind)
 		for _, previous := range []bool{false, true} {
 			b, _ := s.k.cs.CoreV1().Pods(ns).GetLogs(from, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(ctx)
 			for l := range strings.SplitSeq(string(b), "\n") {
