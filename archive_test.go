@@ -143,12 +143,20 @@ func TestArchiveCheckCondition(t *testing.T) {
 		{"running, the previous one succeeded", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), LastSuccessfulTime: ts("2026-12-02T10:00:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-1"}}}, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp},
 		{"running, the previous one failed", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:10:00Z"), LastSuccessfulTime: ts("2026-12-02T10:00:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-2"}}}, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing},
 		{"the first run running", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-02T10:05:00Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-1"}}}, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonArchiveNotChecked},
+		// Every minute: the 12:44 run failed, the 12:43 one succeeded at
+		// 12:43:04, the 12:45 one runs: the verdict is the 12:44 run's.
+		{"every minute, running, the previous one failed", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-03T12:45:00Z"), LastSuccessfulTime: ts("2026-12-03T12:43:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-3"}}}, fnv1.Status_STATUS_CONDITION_FALSE, reasonArchiveFailing},
+		{"every minute, running, the previous one succeeded", &batchv1.CronJobStatus{LastScheduleTime: ts("2026-12-03T12:45:00Z"), LastSuccessfulTime: ts("2026-12-03T12:44:04Z"), Active: []corev1.ObjectReference{{Name: "ledger-wal-3"}}}, fnv1.Status_STATUS_CONDITION_TRUE, reasonArchiveKeepsUp},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var cj *batchv1.CronJob
 			if tc.status != nil {
 				cj = &batchv1.CronJob{Status: *tc.status}
+			}
+			db := db
+			if strings.HasPrefix(tc.name, "every minute") {
+				db = &database{Name: "ledger", ObjectStorage: &objectStorage{CheckMinutes: 1}}
 			}
 			c := archiveCheckCondition(db, cj, "s3://b/p")
 			if c.Status != tc.want || c.Reason != tc.reason {
