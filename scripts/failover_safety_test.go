@@ -296,6 +296,30 @@ func TestFailoverRefusesOldTimeline(t *testing.T) {
 	}
 }
 
+// divergedFailover: a primary p and its standby s, rows rows replayed on
+// both; then s stops streaming, p writes 100 rows s never gets and is
+// killed, and s is promoted: p's data has diverged from the new primary's.
+func divergedFailover(t *testing.T, name string, rows int) (c *cluster, p, s *instance) {
+	t.Helper()
+	tl := requirePostgres(t)
+	c = newCluster(t, tl, newRoot(t, tl), name)
+	p, s = c.instance(0), c.instance(1)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
+	s.start(t)
+	s.waitReady(t, 120*time.Second)
+	c.appSQL(t, p, fmt.Sprintf("INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, %d) i", rows))
+	c.waitReplayed(t, p, s)
+	c.stopStreaming(t, s)
+	c.appSQL(t, p, fmt.Sprintf("INSERT INTO t SELECT i, 'diverged' FROM generate_series(%d, %d) i", rows+1, rows+100))
+	p.kill()
+	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
+		t.Fatalf("pg_promote: %q", got)
+	}
+	return c, p, s
+}
+
 // TestRejoinRightAfterBusyPromotion: the old primary rejoins right after
 // a promotion whose checkpoint is still running (a spread checkpoint of
 // many dirty buffers: minutes in production). pg_rewind reads the source's
@@ -304,26 +328,10 @@ func TestFailoverRefusesOldTimeline(t *testing.T) {
 // streamed. The entrypoint now checkpoints the source first.
 func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "rw-db")
-	p, s := c.instance(0), c.instance(1)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
-	s.start(t)
-	s.waitReady(t, 120*time.Second)
-	// Dirty buffers on the standby: its promotion checkpoint is spread
-	// over many of them (100 ms each when ahead of schedule).
-	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, 60000) i")
-	c.waitReplayed(t, p, s)
-	// s stops streaming (its buffers stay dirty); p writes what s never
-	// gets, and is lost.
-	c.stopStreaming(t, s)
-	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(60001, 60100) i")
-	p.kill()
-	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
-		t.Fatalf("pg_promote: %q", got)
-	}
+	// Dirty buffers on the standby (60,000 rows, its buffers still dirty
+	// when it stops streaming): its promotion checkpoint is spread over
+	// many of them (100 ms each when ahead of schedule).
+	c, p, s := divergedFailover(t, "rw-db", 60000)
 	if got := c.superSQL(t, s, "postgres", "SELECT timeline_id FROM pg_control_checkpoint()"); got != "1" {
 		t.Logf("the promotion's checkpoint already finished (control file on timeline %s): the scenario needs it still running; the test proves less", got)
 	}
@@ -354,23 +362,8 @@ func TestRejoinRightAfterBusyPromotion(t *testing.T) {
 // rejoined (both seen in e2e TestNodes/PrimaryNodeDies).
 func TestRejoinAfterKillWithStaleLock(t *testing.T) {
 	t.Parallel()
-	tl := requirePostgres(t)
-	c := newCluster(t, tl, newRoot(t, tl), "sl-db")
-	p, s := c.instance(0), c.instance(1)
-	p.start(t)
-	p.waitReady(t, 120*time.Second)
-	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
-	s.start(t)
-	s.waitReady(t, 120*time.Second)
-	c.appSQL(t, p, "INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, 5000) i")
-	c.waitReplayed(t, p, s)
-	// p writes what s never gets, and is lost without a shutdown.
-	c.stopStreaming(t, s)
-	c.appSQL(t, p, "INSERT INTO t SELECT i, 'diverged' FROM generate_series(5001, 5100) i")
-	p.kill()
-	if got := c.superSQL(t, s, "postgres", "SELECT pg_promote(true, 60)"); got != "t" {
-		t.Fatalf("pg_promote: %q", got)
-	}
+	c, p, s := divergedFailover(t, "sl-db", 5000)
+	tl := c.tl
 	// The locks a SIGKILL leaves, naming a live process that is not a
 	// postgres (kill() stops postgres with pg_ctl, which removes them).
 	holder := tl.command(context.Background(), p.dir, tl.baseEnv(p.dir), "sleep", "600")
