@@ -36,12 +36,13 @@ func immortalScripts(files map[string]string) map[string]string {
 }
 
 // instanceScripts are the scripts the instance containers run (the
-// entrypoint, the probes, the sidecar, and their shared lib.sh): a change of
+// entrypoint, the probes, the preStop hook, the sidecar, and their shared
+// lib.sh): a change of
 // one of them rolls the pods. backup.sh and restore.sh run in Jobs that read
 // the ConfigMap when they start: a change of theirs restarts nothing.
 func instanceScripts(files map[string]string) map[string]string {
-	out := make(map[string]string, 4)
-	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Lib} {
+	out := make(map[string]string, 5)
+	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.PreStop, scripts.SyncPasswords, scripts.Lib} {
 		out[name] = files[name]
 	}
 	return out
@@ -124,6 +125,7 @@ func scriptsConfigMap(db *database, p *plan, conf string) *corev1.ConfigMap {
 	}
 	data[keyPrimary] = strconv.Itoa(p.Primary)
 	data[keyInstances] = strconv.Itoa(int(p.Replicas))
+	data[keySwitchoverOnStop] = strconv.FormatBool(db.Failover && p.Replicas > 1)
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -147,6 +147,13 @@ func scriptsOf(c corev1.Container) map[string][]string {
 			find(how, p.Exec.Command)
 		}
 	}
+	if l := c.Lifecycle; l != nil {
+		for how, h := range map[string]*corev1.LifecycleHandler{"postStart hook": l.PostStart, "preStop hook": l.PreStop} {
+			if h != nil && h.Exec != nil {
+				find(how, h.Exec.Command)
+			}
+		}
+	}
 	for s := range out {
 		slices.Sort(out[s])
 	}
@@ -161,7 +168,7 @@ func scriptsOf(c corev1.Container) map[string][]string {
 func TestContractEnv(t *testing.T) {
 	tolerated := map[string]bool{} // container/variable, once seen
 	runs := scriptRuns(t)
-	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Backup, scripts.Restore, scripts.Failover, scripts.Archive} {
+	for _, name := range []string{scripts.Entrypoint, scripts.Probe, scripts.PreStop, scripts.SyncPasswords, scripts.Backup, scripts.Restore, scripts.Failover, scripts.Archive} {
 		if !slices.ContainsFunc(runs, func(r scriptRun) bool { return r.how[name] != nil }) {
 			t.Errorf("no scenario composes a container that runs %s", name)
 		}

@@ -31,7 +31,10 @@ import (
 // Per reconcile:
 //   - no Job: the primary's pod (N-<primary>) is not ready and failover
 //     applies (standbys, initialised, no restore pending, enabled in the
-//     input) → compose Job N-failover {from: primary, count}.
+//     input) → compose Job N-failover {from: primary, count}. The
+//     primary's pod being deleted while it is still ready (a drain: its
+//     preStop hook holds it) → the same Job as a switchover to a ready
+//     standby, reason PrimaryStopping.
 //   - the Job runs → keep it as it was created (frozen), condition
 //     Failover=True InProgress.
 //   - the Job ended and its count is not recorded yet → record it
@@ -50,6 +53,9 @@ const (
 	reasonPrimaryLost     = "PrimaryLost"
 	reasonSwitchover      = "Switchover"
 	reasonSwitchoverWaits = "SwitchoverPending"
+	// reasonPrimaryStopping: a switchover from a primary whose pod was
+	// being deleted (a drain), status.failover.last.reason.
+	reasonPrimaryStopping = "PrimaryStopping"
 	reasonFailoverRunning = "InProgress"
 	reasonFailoverIdle    = "PrimaryReady"
 	reasonFailoverFailed  = "Failed"
@@ -120,6 +126,12 @@ type instancePods struct {
 	// deletion (the Instances condition).
 	Node     map[string]string
 	NotReady map[string]string
+	// Stopping are the pods being deleted whose postgres still answers its
+	// readiness probe (their Ready condition True): a drain's eviction or
+	// a delete, not a lost node (whose pods the node controller marks not
+	// ready). A primary among them is switched over from (its preStop hook
+	// holds it until then, prestop.sh).
+	Stopping map[string]bool
 }
 
 // failoverOutcome is the failover Job's termination message, as its pod
@@ -251,7 +263,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
 			target = t
 		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, switchoverReason(job) == reasonUpdate, frozenFacts(job))
+		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, switchoverReason(job), frozenFacts(job))
 		recorded := fp.Record.Count > count
 		switch {
 		case recorded:
@@ -353,8 +365,19 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		(p.Restore != nil && p.Restore.Pending) || p.Roll.restartsPrimary(fp.Primary) {
 		return fp
 	}
+	if o.Instances.Stopping[primaryPod] {
+		// The primary's pod is being deleted while its postgres serves (a
+		// drain): its preStop hook holds it until a switchover moves the
+		// primary, which loses nothing and takes seconds; a failover would
+		// wait out the grace and the fence once it stopped.
+		if target, ok := stoppingTarget(db, o, fp.Primary, int(replicas)); ok {
+			fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, reasonPrimaryStopping, failoverFacts(db, o, fp.Primary, replicas)), true
+			fp.Condition = switchoverRunning(db, fp.Primary, target, reasonPrimaryStopping)
+			return fp
+		}
+	}
 	if !o.Instances.Ready[primaryPod] {
-		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, false, failoverFacts(db, o, fp.Primary, replicas)), true
+		fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, -1, reasonPrimaryLost, failoverFacts(db, o, fp.Primary, replicas)), true
 		fp.Condition = failoverRunning(db, fp.Primary)
 		return fp
 	}
@@ -393,17 +416,43 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 			return fp
 		}
 	}
-	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, reason == reasonUpdate, failoverFacts(db, o, fp.Primary, replicas)), true
+	fp.Job, fp.InProgress = failoverJob(db, fp.Primary, fp.Record.Count, p.Image, replicas, target, reason, failoverFacts(db, o, fp.Primary, replicas)), true
 	fp.Condition = switchoverRunning(db, fp.Primary, target, reason)
 	return fp
 }
 
 // switchoverCause says who asked for a switchover.
 func switchoverCause(reason string) string {
-	if reason == reasonUpdate {
+	switch reason {
+	case reasonUpdate:
 		return "the roll of a new pod template (condition " + condUpdated + ")"
+	case reasonPrimaryStopping:
+		return "the primary's pod is being deleted: a drain, an eviction or a delete"
 	}
 	return "spec.primary"
+}
+
+// stoppingTarget is the standby a switchover from a stopping primary goes
+// to: a ready one (streaming, not being deleted itself), on another node
+// than the primary's where one is (a drain empties that node), the lowest
+// ordinal first so that the choice is deterministic. false when none is
+// ready: the failover path then waits for the primary to come back.
+func stoppingTarget(db *database, o *observed, primary, replicas int) (int, bool) {
+	node := o.Instances.Node[podName(db, primary)]
+	target := -1
+	for k := range replicas {
+		pod := podName(db, k)
+		if k == primary || !o.Instances.Ready[pod] {
+			continue
+		}
+		if node == "" || o.Instances.Node[pod] != node {
+			return k, true
+		}
+		if target < 0 {
+			target = k
+		}
+	}
+	return target, target >= 0
 }
 
 // oldTimeline refuses a promotion the Job reported on a timeline not above
@@ -464,10 +513,11 @@ func failoverIdle(db *database, fp *failoverPlan) condition {
 }
 
 // switchoverReason is the record's reason for a switchover Job: Update when
-// the roll asked for it.
+// the roll asked for it, PrimaryStopping when the primary's pod was being
+// deleted, Switchover (spec.primary) otherwise.
 func switchoverReason(j *batchv1.Job) string {
-	if j.Annotations[annotationSwitchoverReason] == reasonUpdate {
-		return reasonUpdate
+	if r := j.Annotations[annotationSwitchoverReason]; r == reasonUpdate || r == reasonPrimaryStopping {
+		return r
 	}
 	return reasonSwitchover
 }
@@ -540,10 +590,10 @@ func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 
 // failoverJob runs failover.sh once against the instances: a failover of
 // the lost primary from, or with target >= 0 a planned switchover to target.
-// update marks a switchover the supervised roll asked for (read back by
-// switchoverReason, so the frozen Job keeps it). facts are failoverFacts, or
-// frozenFacts of the observed Job.
-func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, update bool, facts []corev1.EnvVar) *batchv1.Job {
+// reason is why a switchover runs, kept in an annotation unless it is
+// Switchover (read back by switchoverReason, so the frozen Job keeps it).
+// facts are failoverFacts, or frozenFacts of the observed Job.
+func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, reason string, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: scripts.EnvDatabase, Value: db.Name},
 		{Name: scripts.EnvPrimaryOrdinal, Value: strconv.Itoa(from)},
@@ -563,8 +613,8 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 		env = append(env, corev1.EnvVar{Name: scripts.EnvMode, Value: scripts.ModeSwitchover}, corev1.EnvVar{Name: scripts.EnvTargetOrdinal, Value: strconv.Itoa(target)})
 		ann[annotationFailoverTarget] = strconv.Itoa(target)
 	}
-	if update {
-		ann[annotationSwitchoverReason] = reasonUpdate
+	if target >= 0 && reason != reasonSwitchover {
+		ann[annotationSwitchoverReason] = reason
 	}
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
@@ -624,7 +674,7 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 		return instancePods{}
 	}
 	out := instancePods{Resolved: true, Ready: map[string]bool{}, Fence: map[string]int64{}, Unschedulable: map[string]string{}, Revision: map[string]string{}, CrashLooping: map[string]bool{},
-		Node: map[string]string{}, NotReady: map[string]string{}}
+		Node: map[string]string{}, NotReady: map[string]string{}, Stopping: map[string]bool{}}
 	for _, r := range rs.GetItems() {
 		pod := r.GetResource()
 		name := stringAt(pod, "metadata", "name")
@@ -638,6 +688,7 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 			// A pod on a node that stopped answering stays so until the
 			// node returns or is declared gone (docs/failover.md).
 			out.NotReady[name] = "being deleted (Terminating)"
+			out.Stopping[name] = podConditionTrue(pod, corev1.PodReady)
 			continue
 		}
 		if f, ok := podFence(pod); ok {
@@ -667,6 +718,16 @@ func lookupInstances(req *fnv1.RunFunctionRequest) instancePods {
 		}
 	}
 	return out
+}
+
+// podConditionTrue: the pod's condition of type t is True.
+func podConditionTrue(pod *structpb.Struct, t corev1.PodConditionType) bool {
+	for _, c := range structAt(pod, "status").GetFields()["conditions"].GetListValue().GetValues() {
+		if cs := c.GetStructValue(); stringAt(cs, "type") == string(t) {
+			return stringAt(cs, "status") == string(corev1.ConditionTrue)
+		}
+	}
+	return false
 }
 
 // fenceMargin covers the kubelet's own latency between a liveness
@@ -722,7 +783,7 @@ func desiredFence() int64 {
 // on the current revision (statefulSetReady): every pod ready. Otherwise
 // nothing is known, and the pods are asked for.
 func settledInstances(db *database, sts *appsv1.StatefulSet) instancePods {
-	if !statefulSetReady(sts, db.Tier.Replicas) {
+	if !statefulSetReady(sts, db.Tier.Replicas) || !noneStopping(sts, db.Tier.Replicas) {
 		return instancePods{}
 	}
 	out := instancePods{Resolved: true, FromStatus: true, Ready: make(map[string]bool, db.Tier.Replicas)}
@@ -730,6 +791,24 @@ func settledInstances(db *database, sts *appsv1.StatefulSet) instancePods {
 		out.Ready[podName(db, k)] = true
 	}
 	return out
+}
+
+// noneStopping: the StatefulSet's status counts want pods that are not
+// being deleted. The controller counts a pod being deleted in neither
+// currentReplicas nor updatedReplicas, but in readyReplicas while it is
+// ready: the one sign, without reading the pods, of a drain's eviction,
+// whose primary is switched over from (planFailover). Under RollingUpdate
+// statefulSetReady has asked it already (updatedReplicas); under OnDelete
+// (updates deferred) it is asked here, and a pod on a revision between the
+// current and the update one, counted in neither, only costs a read of
+// the pods.
+func noneStopping(sts *appsv1.StatefulSet, want int32) bool {
+	st := sts.Status
+	up := st.CurrentReplicas
+	if st.CurrentRevision != st.UpdateRevision {
+		up += st.UpdatedReplicas
+	}
+	return up == want
 }
 
 // lookupFailoverOutcome reads the failover Job's termination message from

@@ -265,7 +265,7 @@ func TestFailoverNotStarted(t *testing.T) {
 // container checks as every other pod the function composes.
 func TestFailoverJobSecure(t *testing.T) {
 	db := testDB()
-	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, false, nil)
+	j := failoverJob(db, 0, 0, "postgres:16", 3, -1, reasonPrimaryLost, nil)
 	if j.Spec.ActiveDeadlineSeconds == nil || j.Spec.BackoffLimit == nil {
 		t.Error("the failover Job must be bounded (activeDeadlineSeconds, backoffLimit)")
 	}
@@ -956,6 +956,130 @@ func TestFailoverOutcomeFound(t *testing.T) {
 						}
 					}
 				}
+			}
+		})
+	}
+}
+
+// instancePod is pod k of analytics on node, ready as given, and being
+// deleted (a deletionTimestamp) when deleting.
+func instancePod(t *testing.T, k int, ready bool, node string, deleting bool) *structpb.Struct {
+	t.Helper()
+	p := instancePodsReady(t, append(make([]bool, k), ready)...)[k]
+	structAt(p, "metadata").Fields["name"] = structpb.NewStringValue(fmt.Sprintf("analytics-%d", k))
+	p.Fields["spec"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"nodeName": structpb.NewStringValue(node)}})
+	if deleting {
+		structAt(p, "metadata").Fields["deletionTimestamp"] = structpb.NewStringValue("2026-12-03T15:00:00Z")
+	}
+	return p
+}
+
+// TestFailoverPrimaryStopping: the primary's pod being deleted while its
+// postgres still serves (a drain; its preStop hook holds it) is switched
+// over from, to a ready standby on another node; a pod being deleted on a
+// lost node (not ready) is failed over from as before.
+func TestFailoverPrimaryStopping(t *testing.T) {
+	type pod struct {
+		ready    bool
+		node     string
+		deleting bool
+	}
+	cases := map[string]struct {
+		pods   []pod
+		input  func(in *structpb.Struct)
+		target string // the switchover Job's TARGET_ORDINAL; "" a failover Job
+		job    bool
+		cond   string
+	}{
+		"Drain": {
+			pods:   []pod{{true, "a", true}, {true, "a", false}, {true, "b", false}},
+			target: "2", job: true, cond: "STATUS_CONDITION_TRUE/InProgress",
+		},
+		"DrainStandbysOnTheSameNode": {
+			pods:   []pod{{true, "a", true}, {false, "b", false}, {true, "a", false}},
+			target: "2", job: true, cond: "STATUS_CONDITION_TRUE/InProgress",
+		},
+		// Updates deferred (OnDelete): the StatefulSet's status still
+		// tells a pod being deleted (currentReplicas).
+		"DrainDeferred": {
+			pods: []pod{{true, "a", true}, {true, "b", false}, {true, "c", false}},
+			input: func(in *structpb.Struct) {
+				in.Fields["updates"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"policy": structpb.NewStringValue("Deferred")}})
+			},
+			target: "1", job: true, cond: "STATUS_CONDITION_TRUE/InProgress",
+		},
+		"NodeLost": {
+			pods: []pod{{false, "a", true}, {true, "b", false}, {true, "c", false}},
+			job:  true, cond: "STATUS_CONDITION_TRUE/InProgress",
+		},
+		"NoReadyStandby": {
+			pods: []pod{{true, "a", true}, {false, "b", false}, {false, "c", true}},
+			job:  true, cond: "STATUS_CONDITION_TRUE/InProgress",
+		},
+		"FailoverOff": {
+			pods: []pod{{true, "a", true}, {true, "b", false}, {true, "c", false}},
+			input: func(in *structpb.Struct) {
+				in.Fields["failover"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"enabled": structpb.NewBoolValue(false)}})
+			},
+			cond: "STATUS_CONDITION_FALSE/Disabled",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := proto.CloneOf(compositionInput(t, "example/composition.yaml"))
+			if tc.input != nil {
+				tc.input(in)
+			}
+			req := xrRequest(readYAMLStruct(t, "example/xrs/large.yaml"), in)
+			rsp := runTest(t, req)
+			for range 2 {
+				feedBack(t, req, rsp, true)
+				rsp = runTest(t, req)
+			}
+			feedBack(t, req, rsp, true)
+			if cm := decodeInto[corev1.ConfigMap](t, rsp.GetDesired().GetResources()[string(rnScripts)].GetResource()); cm.Data[keySwitchoverOnStop] != strconv.FormatBool(name != "FailoverOff") {
+				t.Errorf("ConfigMap key %s = %q with failover %v", keySwitchoverOnStop, cm.Data[keySwitchoverOnStop], name != "FailoverOff")
+			}
+			cluster := slices.Clone(exampleCluster(t))
+			for k, p := range tc.pods {
+				cluster = append(cluster, instancePod(t, k, p.ready, p.node, p.deleting))
+			}
+			// The StatefulSet controller counts a pod being deleted in
+			// neither currentReplicas nor updatedReplicas.
+			statusFromPods(req, cluster)
+			st := structAt(req.Observed.Resources[string(rnStatefulSet)].GetResource(), "status")
+			st.Fields["updatedReplicas"], st.Fields["currentReplicas"] = structpb.NewNumberValue(2), structpb.NewNumberValue(2)
+			rsp = runTestIn(t, req, cluster)
+			got := failoverStateOf(t, rsp)
+			if got.Job != tc.job || got.Condition != tc.cond || (tc.job && got.JobFrom != "0") {
+				t.Fatalf("Job %v from %q, condition %s; want Job %v from 0, %s (%s)", got.Job, got.JobFrom, got.Condition, tc.job, tc.cond, conditionOf(rsp, condFailover).GetMessage())
+			}
+			if !tc.job {
+				return
+			}
+			job := decodeInto[batchv1.Job](t, rsp.GetDesired().GetResources()[string(rnFailover)].GetResource())
+			env := map[string]string{}
+			for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if env[scripts.EnvTargetOrdinal] != tc.target || (tc.target != "") != (env[scripts.EnvMode] == scripts.ModeSwitchover) {
+				t.Fatalf("Job MODE=%q TARGET_ORDINAL=%q, want target %q", env[scripts.EnvMode], env[scripts.EnvTargetOrdinal], tc.target)
+			}
+			if tc.target == "" {
+				return
+			}
+			if msg := conditionOf(rsp, condFailover).GetMessage(); !strings.Contains(msg, "being deleted") {
+				t.Errorf("Failover condition %q does not say why the switchover runs", msg)
+			}
+			// The switchover promoted the target: recorded as
+			// PrimaryStopping, the primary moved.
+			feedBack(t, req, rsp, true)
+			rsp = runTestIn(t, req, append(cluster, failoverJobPod(t, req, fmt.Sprintf(`{"result":"promoted","from":0,"to":%s,"timeline":2,"lsn":"0/6000000","reason":"Switchover"}`, tc.target))))
+			if got := failoverStateOf(t, rsp); got.Primary != tc.target || got.Selector != "analytics-"+tc.target {
+				t.Errorf("after the switchover: primary %s, rw selector %s; want %s", got.Primary, got.Selector, tc.target)
+			}
+			if r := stringAt(rsp.GetDesired().GetComposite().GetResource(), "status", "failover", "last", "reason"); r != reasonPrimaryStopping {
+				t.Errorf("status.failover.last.reason %q, want %s", r, reasonPrimaryStopping)
 			}
 		})
 	}

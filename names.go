@@ -167,6 +167,10 @@ const (
 	// script asks). Not in the config hash: changing them restarts no pod.
 	keyPrimary   = "primary"
 	keyInstances = "instances"
+	// keySwitchoverOnStop is "true" when the function answers a primary's
+	// pod being deleted with a switchover (failover on, standbys): only
+	// then does the primary's preStop hook (prestop.sh) wait for one.
+	keySwitchoverOnStop = "switchover-on-stop"
 	// keyPgbackrestConf is pgBackRest's configuration (archive.go), with
 	// the input's objectStorage only. Not in the config hash: pgBackRest
 	// reads it at each call.

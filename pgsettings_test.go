@@ -72,7 +72,7 @@ func TestConfigHash(t *testing.T) {
 		files := maps.Clone(scriptFiles)
 		files[name] += "\n# changed\n"
 		changed := digest(instanceScripts(files)) != instanceScriptsHash
-		want := slices.Contains([]string{scripts.Entrypoint, scripts.Probe, scripts.SyncPasswords, scripts.Lib}, name)
+		want := slices.Contains([]string{scripts.Entrypoint, scripts.Probe, scripts.PreStop, scripts.SyncPasswords, scripts.Lib}, name)
 		if changed != want {
 			t.Errorf("a change of %s changes the instances' scripts hash: %v, want %v", name, changed, want)
 		}

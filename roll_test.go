@@ -101,10 +101,15 @@ func (s *rollSim) observe(update string) {
 	if updated == n && ready == n {
 		s.currentRev = update
 	}
-	current := s.currentRev
+	current, onCurrent := s.currentRev, 0
+	for k := range s.rev {
+		if s.rev[k] == current {
+			onCurrent++
+		}
+	}
 	setObservedStatus(s.t, s.req, rnStatefulSet, map[string]any{
 		"observedGeneration": 1, "replicas": float64(n), "readyReplicas": float64(ready), "updatedReplicas": float64(updated),
-		"currentRevision": current, "updateRevision": update,
+		"currentReplicas": float64(onCurrent), "currentRevision": current, "updateRevision": update,
 	})
 }
 

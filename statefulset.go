@@ -235,7 +235,14 @@ func postgresContainer(db *database, p *plan) corev1.Container {
 		// A standby cloning or a pod holding is alive (probe.sh live says
 		// so); a slow checkpoint or crash recovery still answers
 		// (rejecting), which is alive too.
-		LivenessProbe:   livenessProbe(),
+		LivenessProbe: livenessProbe(),
+		// A primary whose pod is deleted (a drain, a node's graceful
+		// shutdown) serves on until the switchover the function starts
+		// for it has moved the primary (prestop.sh): a write gap of
+		// seconds instead of a failover's grace and fence.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{"bash", scriptsDir + "/" + scripts.PreStop}},
+		}},
 		SecurityContext: containerSecurityContext(),
 	}
 }

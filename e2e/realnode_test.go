@@ -485,13 +485,21 @@ func TestRealNode(t *testing.T) {
 		if log := s.podLog(ns, db+"-0", "postgres"); strings.Contains(log, "initdb") || strings.Contains(log, "creating directory") {
 			t.Errorf("the primary ran initdb after its pod was deleted:\n%s", log)
 		}
+		// The deleted primary's preStop hook held it while the function
+		// switched over to the standby (prestop.sh): the primary moved.
+		u := s.waitRealReady(t, d)
+		if p, r := str(u, "status", "primary"), str(u, "status", "failover", "last", "reason"); p != db+"-1" || r != "PrimaryStopping" {
+			t.Errorf("after the primary's pod was deleted: status.primary %s, status.failover.last.reason %q; want %s-1, PrimaryStopping (a switchover)", p, r, db)
+		}
 		s.write(t, ns, app, "INSERT INTO items VALUES (1001, 'after restart') ON CONFLICT DO NOTHING")
-		s.eventuallyStandby(t, ns, app, db, 1, "1001")
+		s.eventuallyStandby(t, ns, app, db, 0, "1001")
 	})
 	s.step(t, "SizeChange", func(t *testing.T) {
-		// large (3 instances, max_connections 400) → medium (2, 200) →
-		// large: standbys must match the primary's max_connections, so a
-		// careless roll leaves them crash-looping for good.
+		// large (3 instances, max_connections 400) → medium (2, 200):
+		// standbys must match the primary's max_connections, up and down,
+		// so a careless roll leaves them crash-looping for good. (Growing
+		// again onto the third instance's retained volume took 102 s and
+		// worked; it left CI for its budget, notes/issue-25.md.)
 		resize := func(size string, replicas int) {
 			u := d.patch(t, fmt.Sprintf(`{"spec":{"size":%q}}`, size))
 			s.waitSynced(t, d, u.GetGeneration())
@@ -509,18 +517,17 @@ func TestRealNode(t *testing.T) {
 		for _, step := range []struct {
 			size     string
 			replicas int
-		}{{"large", 3}, {"medium", 2}, {"large", 3}} {
+		}{{"large", 3}, {"medium", 2}} {
 			resize(step.size, step.replicas)
 			want++
 			s.write(t, ns, app, fmt.Sprintf("INSERT INTO items VALUES (%d, 'size %s') ON CONFLICT DO NOTHING", want, step.size))
-			for i := 1; i < step.replicas; i++ {
+			for i := range step.replicas { // the primary is ordinal 1 since PrimaryPodDeleted
 				s.eventuallyStandby(t, ns, app, db, i, strconv.Itoa(want))
 			}
 			t.Logf("%s: every standby streams (%d rows)", step.size, want)
 		}
-		// Back to medium, settled: MinorRoll counts the pods its roll
-		// replaces and a shrink still under way would replace one more.
-		resize("medium", 2)
+		// Settled: MinorRoll counts the pods its roll replaces and a
+		// shrink still under way would replace one more.
 		s.waitRealReady(t, d)
 	})
 	s.step(t, "MinorRoll", func(t *testing.T) {

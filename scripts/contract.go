@@ -231,6 +231,21 @@ var Contract = []Script{
 		},
 	},
 	{
+		Name: PreStop,
+		Does: "The postgres container's preStop hook (the container's environment). On a primary with a streaming standby it waits, asking postgres every second, until the instance is no longer the primary (a switchover Job promoted a standby: the function composes one when the primary's pod is being deleted), no standby streams, postgres stops answering, or DRAIN_WAIT_SECONDS passed; then the kubelet's stop signal shuts postgres down. A standby returns at once. Always ends 0.",
+		Env: []Var{
+			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
+			{Name: EnvPGPort, Need: Required, Meaning: "the port"},
+			{Name: EnvScriptsDir, Need: Required, Meaning: "the scripts ConfigMap's mount", Files: []File{
+				{Name: "switchover-on-stop", Need: Expected, Meaning: "true when the function switches over from a primary whose pod is being deleted; otherwise the hook returns at once"},
+			}},
+			{Name: EnvPGData, Need: Expected, Meaning: "the data directory: a standby (standby.signal) returns at once; the postmaster's PID (postmaster.pid) whose stderr, the container's log, takes the hook's lines"},
+			{Name: EnvAdminSecretDir, Need: Expected, Meaning: "the superuser Secret's mount: the role it connects as (else postgres)", Files: adminFiles("username")},
+			{Name: "DRAIN_WAIT_SECONDS", Need: Optional, Default: "45", Meaning: "the longest a primary waits for a switchover, within the pod's grace of 60 s"},
+			{Name: "PROBE_QUERY_TIMEOUT", Need: Optional, Default: "3", Meaning: "seconds a query may take"},
+		},
+	},
+	{
 		Name: SyncPasswords,
 		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (immediate) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS, no peer answers a connection at all and the witness (the API server) accepts none (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
 		Env: []Var{

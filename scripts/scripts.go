@@ -28,8 +28,11 @@ import (
 
 // Script names: keys of Files() and of the scripts ConfigMap.
 const (
-	Entrypoint    = "entrypoint.sh"
-	Probe         = "probe.sh"
+	Entrypoint = "entrypoint.sh"
+	Probe      = "probe.sh"
+	// PreStop is the postgres container's preStop hook: a primary whose
+	// pod is being deleted serves on until a switchover moves it.
+	PreStop       = "prestop.sh"
 	SyncPasswords = "sync-passwords.sh"
 	Backup        = "backup.sh"
 	Restore       = "restore.sh"
