@@ -85,6 +85,65 @@ func (s *suite) evictRetrying(t *testing.T, ns, pod string, timeout time.Duratio
 	})
 }
 
+// waitPrimaryMoved waits, up to timeout, until status.primary names
+// another pod than from, and returns it.
+func (s *suite) waitPrimaryMoved(t *testing.T, d database, ns, db, from string, timeout time.Duration, what string) (to string) {
+	t.Helper()
+	eventually(t, timeout, what, func() (bool, string) {
+		u := d.get(t)
+		to = str(u, "status", "primary")
+		c := getCondition(u, "Failover")
+		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
+	})
+	return to
+}
+
+// beforeDrain waits until the Database is whole, starts the writer, and
+// returns the primary, where each instance runs and the failover count.
+func (s *suite) beforeDrain(t *testing.T, d database, ns, db, writerName string) (primary string, where map[string]string, count int64) {
+	t.Helper()
+	primary = s.waitWhole(t, d, ns, db, "before the drain", nil)
+	where = s.placement(t, ns, db)
+	s.poolWriter(t, ns, db, writerName, where)
+	count, _, _ = unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
+	return primary, where, count
+}
+
+// drain cordons pod's node and evicts pod. It returns when the eviction was
+// accepted, the pod's UID before it, and uncordon (idempotent: deferred
+// too, so that a failed test leaves the node in service).
+func (s *suite) drain(t *testing.T, ns, pod, node string) (fault time.Time, old types.UID, uncordon func()) {
+	t.Helper()
+	p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cordon(t, node, true)
+	done := false
+	uncordon = func() {
+		if !done {
+			done = true
+			s.cordon(t, node, false)
+		}
+	}
+	fault = time.Now()
+	s.evictRetrying(t, ns, pod, time.Minute)
+	return fault, p.UID, uncordon
+}
+
+// waitRecreated waits until the StatefulSet created pod again (a new UID
+// than old): on a cordoned node holding its volume, it stays Pending.
+func (s *suite) waitRecreated(t *testing.T, ns, db, pod string, old types.UID) {
+	t.Helper()
+	eventually(t, 2*time.Minute, pod+" re-created, waiting for its cordoned node", func() (bool, string) {
+		p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.UID != old, s.podsState(ns, db)
+	})
+}
+
 // drainStandby drains the node of a standby while a second drain, of
 // another standby's node, runs at the same time: the PodDisruptionBudget
 // (maxUnavailable 1) admits the first eviction and refuses the second
@@ -92,10 +151,7 @@ func (s *suite) evictRetrying(t *testing.T, ns, pod string, timeout time.Duratio
 // acknowledged is lost.
 func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string) {
 	ctx := context.Background()
-	primary := s.waitWhole(t, d, ns, db, "before the drain", nil)
-	where := s.placement(t, ns, db)
-	s.poolWriter(t, ns, db, writerName, where)
-	count, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
+	primary, where, count := s.beforeDrain(t, d, ns, db, writerName)
 	var standbys []string
 	for _, pod := range slices.Sorted(mapKeys(where)) {
 		if pod != primary {
@@ -103,38 +159,20 @@ func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string
 		}
 	}
 	a, b := standbys[0], standbys[1]
-	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, a, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cordon(t, where[a], true)
-	uncordoned := false
-	defer func() {
-		if !uncordoned {
-			s.cordon(t, where[a], false)
-		}
-	}()
-	fault := time.Now()
-	s.evictRetrying(t, ns, a, time.Minute)
+	fault, old, uncordon := s.drain(t, ns, a, where[a])
+	defer uncordon()
 	t.Logf("drained %s: the standby %s evicted", where[a], a)
 	// The second drain: refused while a is away.
 	s.cordon(t, where[b], true)
-	err = s.evict(ns, b)
+	err := s.evict(ns, b)
 	s.cordon(t, where[b], false)
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("evicting the second standby %s while %s is away: %v, want refused by the PodDisruptionBudget (429)", b, a, err)
 	}
 	t.Logf("the second drain's eviction of %s refused while %s is away: %v", b, a, err)
-	eventually(t, 2*time.Minute, a+" re-created, waiting for its cordoned node", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, a, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.UID != old.UID, s.podsState(ns, db)
-	})
+	s.waitRecreated(t, ns, db, a, old)
 	t.Logf("with %s cordoned: %s", where[a], conditionsString(d.get(t)))
-	s.cordon(t, where[a], false)
-	uncordoned = true
+	uncordon()
 	back := time.Now()
 	eventually(t, realReady, a+" ready on "+where[a]+" again", func() (bool, string) {
 		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, a, metav1.GetOptions{})
@@ -160,33 +198,12 @@ func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string
 // seconds, not for a failover's grace and fence, and nothing acknowledged
 // is lost. Uncordoned, the old primary rejoins as a standby.
 func (s *suite) drainPrimary(t *testing.T, d database, ns, db, writerName string) {
-	ctx := context.Background()
-	from := s.waitWhole(t, d, ns, db, "before the drain", nil)
-	where := s.placement(t, ns, db)
-	s.poolWriter(t, ns, db, writerName, where)
-	count, _, _ := unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
+	from, where, count := s.beforeDrain(t, d, ns, db, writerName)
 	node := where[from]
-	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cordon(t, node, true)
-	uncordoned := false
-	defer func() {
-		if !uncordoned {
-			s.cordon(t, node, false)
-		}
-	}()
-	fault := time.Now()
-	s.evictRetrying(t, ns, from, time.Minute)
+	fault, old, uncordon := s.drain(t, ns, from, node)
+	defer uncordon()
 	t.Logf("drain of %s: the primary %s evicted", node, from)
-	var to string
-	eventually(t, 2*time.Minute, "the primary moved off "+from, func() (bool, string) {
-		u := d.get(t)
-		to = str(u, "status", "primary")
-		c := getCondition(u, "Failover")
-		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
-	})
+	to := s.waitPrimaryMoved(t, d, ns, db, from, 2*time.Minute, "the primary moved off "+from)
 	promoted := time.Now()
 	u := d.get(t)
 	t.Logf("%s (on %s) is the primary %s after the eviction", to, where[to], promoted.Sub(fault).Round(100*time.Millisecond))
@@ -202,20 +219,13 @@ func (s *suite) drainPrimary(t *testing.T, d database, ns, db, writerName string
 	})
 	rto := checker.MeasureRTO(writer.Parse(s.podLog(ns, writerName, "writer")), fault)
 	t.Logf("drain of the primary's node: writes acknowledged again on the new timeline %s after the eviction (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
-	eventually(t, 2*time.Minute, from+" re-created, waiting for its cordoned node", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.UID != old.UID, s.podsState(ns, db)
-	})
+	s.waitRecreated(t, ns, db, from, old)
 	if c := getCondition(d.get(t), "Instances"); !strings.Contains(c.Message, from) {
 		t.Errorf("condition Instances does not name %s, away on the cordoned node: %s %s: %s", from, c.Status, c.Reason, c.Message)
 	} else {
 		t.Logf("with %s cordoned: Instances %s: %s", node, c.Reason, c.Message)
 	}
-	s.cordon(t, node, false)
-	uncordoned = true
+	uncordon()
 	r := s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
 		scenario: "DrainPrimary", durability: checker.Sync, noLoss: true,
 		from: from, to: to, fault: fault, promoted: promoted,

@@ -275,13 +275,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		}
 	}
 
-	var to string
-	eventually(t, 4*time.Minute, "a standby promoted in place of "+from, func() (bool, string) {
-		u := d.get(t)
-		to = str(u, "status", "primary")
-		c := getCondition(u, "Failover")
-		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
-	})
+	to := s.waitPrimaryMoved(t, d, ns, db, from, 4*time.Minute, "a standby promoted in place of "+from)
 	promoted := time.Now()
 	t.Logf("%s: %s promoted in place of %s after %s", how, to, from, promoted.Sub(lost).Round(time.Second))
 	if how == "partition" {

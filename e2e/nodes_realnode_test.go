@@ -565,13 +565,7 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	notReady := time.Since(lost)
 	t.Logf("%s NotReady %s after its death", victim.name, notReady.Round(100*time.Millisecond))
 
-	var to string
-	eventually(t, 4*time.Minute, "a standby promoted in place of "+from, func() (bool, string) {
-		u := d.get(t)
-		to = str(u, "status", "primary")
-		c := getCondition(u, "Failover")
-		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
-	})
+	to := s.waitPrimaryMoved(t, d, ns, db, from, 4*time.Minute, "a standby promoted in place of "+from)
 	promoted := time.Now()
 	t.Logf("%s (on %s) promoted in place of %s %s after the node's death", to, where[to], from, promoted.Sub(lost).Round(100*time.Millisecond))
 	eventually(t, 2*time.Minute, "writes acknowledged through "+db+" after the promotion", func() (bool, string) {
