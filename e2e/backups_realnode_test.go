@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -315,14 +316,7 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 	}
 
 	// A byte changed in the backup's biggest file in the bucket.
-	files, _ := filepath.Glob(filepath.Join(store.repository(ns, db), "backup", "db", label, "pg_data", "base", "*", "*"))
-	var biggest string
-	var size int64
-	for _, f := range files {
-		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Size() > size {
-			biggest, size = f, st.Size()
-		}
-	}
+	biggest, size := biggestFile(filepath.Join(store.repository(ns, db), "backup", "db", label))
 	if biggest == "" {
 		t.Fatalf("no file of backup %s in the bucket", label)
 	}
@@ -710,4 +704,22 @@ func (s *suite) runCronJobNow(t *testing.T, ns, cronJob string) string {
 		_ = s.k.cs.BatchV1().Jobs(ns).Delete(context.Background(), j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 	})
 	return j.Name
+}
+
+// biggestFile is the largest regular file under a backup's folder in the
+// bucket other than its manifest: a bundle of small files (repo1-bundle) or
+// a file stored alone.
+func biggestFile(dir string) (string, int64) {
+	var biggest string
+	var size int64
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), "backup.manifest") {
+			return nil
+		}
+		if i, err := e.Info(); err == nil && i.Size() > size {
+			biggest, size = p, i.Size()
+		}
+		return nil
+	})
+	return biggest, size
 }

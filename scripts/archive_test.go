@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -498,9 +499,10 @@ func TestArchive(t *testing.T) {
 		}
 		// The request and the answer are in the primary's data directory,
 		// never in a backup: a copy restored from one would take them up.
-		ls, err := c.script(time.Minute, p.env(), Archive, "repo-ls", "--recurse", "backup/db/"+labels[1]+"/pg_data")
-		if err != nil || !strings.Contains(ls, "PG_VERSION") {
-			t.Fatalf("repo-ls of %s: %v\n%s", labels[1], err, ls)
+		// The manifest lists every file (most live in bundles).
+		ls, err := c.script(time.Minute, p.env(), Archive, "repo-get", "backup/db/"+labels[1]+"/backup.manifest")
+		if err != nil || !strings.Contains(ls, "pg_data/PG_VERSION=") {
+			t.Fatalf("the manifest of %s: %v\n%s", labels[1], err, ls)
 		}
 		if strings.Contains(ls, "database.full-backup") {
 			t.Errorf("backup %s holds the request or the answer:\n%s", labels[1], ls)
@@ -736,14 +738,7 @@ func TestDrill(t *testing.T) {
 
 	// A corrupted backup: a byte changed in a file of the newest backup
 	// in the bucket. The drill fails, saying which backup.
-	files, _ := filepath.Glob(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "backup", "db", v.Backup, "pg_data", "base", "*", "*"))
-	var biggest string
-	var size int64
-	for _, f := range files {
-		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Size() > size {
-			biggest, size = f, st.Size()
-		}
-	}
+	biggest, size := biggestFile(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "backup", "db", v.Backup))
 	if biggest == "" {
 		t.Fatalf("no file of backup %s in the bucket", v.Backup)
 	}
@@ -761,4 +756,22 @@ func TestDrill(t *testing.T) {
 		t.Errorf("drill of a corrupted backup: %v %+v, want failed naming %s\n%s", err, bad, v.Backup, out)
 	}
 	t.Logf("the corrupted backup's drill: %s", bad.Reason)
+}
+
+// biggestFile is the largest regular file under a backup's folder in the
+// bucket other than its manifest: a bundle of small files (repo1-bundle) or
+// a file stored alone.
+func biggestFile(dir string) (string, int64) {
+	var biggest string
+	var size int64
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), "backup.manifest") {
+			return nil
+		}
+		if i, err := e.Info(); err == nil && i.Size() > size {
+			biggest, size = p, i.Size()
+		}
+		return nil
+	})
+	return biggest, size
 }
