@@ -403,7 +403,7 @@ func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blo
 				"spec.restoreFrom names the archive of %s to %s, but %s/%s%s was restored: a restore runs once, at creation, and never over data; create a new Database to restore again",
 				sourceOf(&want), to, sourceOf(rec), rec.Backup, pointOf(rec))})
 		}
-		return &restorePlan{Status: rec, Condition: archiveRestored(rec)}, b
+		return restoredPlan(rec, nil), b
 	case p.Initialized && rec == nil:
 		return nil, []blocked{{reasonRestoreAfterCreate, "spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from " + spec.Database}}
 	case p.Initialized:
@@ -421,8 +421,11 @@ func planArchiveRestore(db *database, p *plan, o *observed) (*restorePlan, []blo
 		st.Completed = true
 		if r := rep.Report; r != nil {
 			st.RestoredTo, st.LSN, st.Timeline = r.RestoredTo, r.LSN, r.Timeline
+			if r.Gap() {
+				st.StoppedIn, st.ArchiveEnd = r.StoppedIn, r.ArchiveEnd
+			}
 		}
-		return &restorePlan{Status: &st, RequireInstances: sel, Condition: archiveRestored(&st)}, nil
+		return restoredPlan(&st, sel), nil
 	}
 	return &restorePlan{Status: &want, Pending: true, Condition: condition{condRestored, fnv1.Status_STATUS_CONDITION_UNKNOWN, reasonRestoreFromArchive,
 		"the first primary restores the archive of " + sourceOf(&want) + " (" + where + ") to " + to + ": the newest full backup before it, then the WAL up to it; the Database is ready once replayed (a target the archive does not reach holds the pod, saying so)"}}, nil
@@ -449,6 +452,31 @@ func pointOf(st *restoreStatus) string {
 	return " to " + st.PointInTime
 }
 
+// restoredPlan: a restore from the archive done (recorded, or recorded
+// now); a gap it stopped at is warned about once.
+func restoredPlan(st *restoreStatus, sel *fnv1.ResourceSelector) *restorePlan {
+	rp := &restorePlan{Status: st, RequireInstances: sel, Condition: archiveRestored(st)}
+	if g := gapMessage(st); g != "" {
+		rp.Warnings = []warning{{reasonRestoreStoppedAtGap, g}}
+	}
+	return rp
+}
+
+// reasonRestoreStoppedAtGap: Restored True, but the replay to the archive's
+// end stopped at a missing segment.
+const reasonRestoreStoppedAtGap = "StoppedAtGap"
+
+// gapMessage says what a restore to the archive's end that stopped at a gap
+// did not restore, or nothing.
+func gapMessage(st *restoreStatus) string {
+	if st.StoppedIn == "" || st.ArchiveEnd == "" {
+		return ""
+	}
+	return "the replay stopped in WAL segment " + st.StoppedIn + ", but the archive held segments up to " + st.ArchiveEnd +
+		": one in between is missing (WAL the source dropped while its bucket could not be reached, with no full backup after the gap), so the writes archived after it were not restored." +
+		" Nothing can replay them from this archive: the source Database, if it still runs, has them"
+}
+
 func archiveRestored(st *restoreStatus) condition {
 	msg := "restored the archive of " + sourceOf(st) + pointOf(st)
 	switch {
@@ -458,6 +486,9 @@ func archiveRestored(st *restoreStatus) condition {
 		msg += ": no transaction was replayed after the backup; timeline " + strconv.FormatInt(st.Timeline, 10) + " starts at " + st.LSN
 	default:
 		msg += ": the last transaction replayed committed at " + st.RestoredTo + "; timeline " + strconv.FormatInt(st.Timeline, 10) + " starts at " + st.LSN
+	}
+	if g := gapMessage(st); g != "" {
+		return condition{condRestored, fnv1.Status_STATUS_CONDITION_TRUE, reasonRestoreStoppedAtGap, msg + "; but " + g}
 	}
 	return condition{condRestored, fnv1.Status_STATUS_CONDITION_TRUE, reasonRestoreSucceeded, msg}
 }

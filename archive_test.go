@@ -324,8 +324,6 @@ func TestResolveObjectStorage(t *testing.T) {
 	}
 }
 
-// TestArchiveRestore: a new Database restored from another's archive: the
-// first primary gets the source's repository and the target in its
 // TestArchiveRestoreReport: what a restore from the archive reached is read
 // from its first primary's last termination message, on the one reconcile
 // after it is ready and before status.restore records it, and never again;
@@ -397,6 +395,61 @@ spec:
 			t.Errorf("the record changed (-before +after):\n%s", diff)
 		}
 	})
+	// To the archive's end: the report says the segment the replay ended
+	// in and the last one the archive held.
+	for _, tc := range []struct {
+		name, stoppedIn string
+		gap             bool
+	}{
+		{"reached the archive's end", "00000002000000000000000C", false},
+		{"the end on another timeline", "00000003000000000000000B", false},
+		{"stopped at a gap", "000000020000000000000009", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := ready(t)
+			delete(structAt(req.Observed.Composite.Resource, "spec", "restoreFrom").Fields, "pointInTime")
+			rep := `{"result":"restored","source":"ledger","restoredTo":"2026-12-02T06:43:27.912345Z","lsn":"0/9000060","timeline":2,"stoppedIn":"` + tc.stoppedIn + `","archiveEnd":"00000001000000000000000B","seconds":41}`
+			rsp := runTestIn(t, req, withReport(t, req, rep))
+			st := restoreOf(rsp)
+			c := conditionOf(rsp, condRestored)
+			var warned []string
+			for _, r := range rsp.GetResults() {
+				if r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING {
+					warned = append(warned, r.GetReason())
+				}
+			}
+			if !tc.gap {
+				if st["stoppedIn"] != nil || st["archiveEnd"] != nil || c.GetReason() != reasonRestoreSucceeded || len(warned) > 0 {
+					t.Errorf("status.restore %v, Restored %v, warnings %v: want no gap", st, c, warned)
+				}
+				return
+			}
+			if st["stoppedIn"] != tc.stoppedIn || st["archiveEnd"] != "00000001000000000000000B" {
+				t.Errorf("status.restore %v, want the gap's segments", st)
+			}
+			if c.GetStatus() != fnv1.Status_STATUS_CONDITION_TRUE || c.GetReason() != reasonRestoreStoppedAtGap ||
+				!strings.Contains(c.GetMessage(), "stopped in WAL segment "+tc.stoppedIn+", but the archive held segments up to 00000001000000000000000B") {
+				t.Errorf("Restored %v, want True, StoppedAtGap, naming both segments", c)
+			}
+			if !slices.Equal(warned, []string{reasonRestoreStoppedAtGap}) {
+				t.Errorf("warnings %v, want one StoppedAtGap", warned)
+			}
+			// Once the condition says it, no Warning again, and the record
+			// (read back from status) keeps the gap.
+			feedBack(t, req, rsp, true)
+			writeConditions(t, req.Observed.Composite.Resource, rsp)
+			again := runOnce(t, req)
+			for _, r := range again.GetResults() {
+				t.Errorf("a result again once recorded: %v", r)
+			}
+			if d := cmp.Diff(st, restoreOf(again)); d != "" {
+				t.Errorf("the record changed (-before +after):\n%s", d)
+			}
+			if d := cmp.Diff(c, conditionOf(again, condRestored), protocmp.Transform()); d != "" {
+				t.Errorf("Restored changed (-before +after):\n%s", d)
+			}
+		})
+	}
 	t.Run("lost", func(t *testing.T) {
 		req := ready(t)
 		rsp := runTestIn(t, req, withReport(t, req, "killed by the OOM killer"))
@@ -410,6 +463,8 @@ spec:
 	})
 }
 
+// TestArchiveRestore: a new Database restored from another's archive: the
+// first primary gets the source's repository and the target in its
 // ConfigMap until it has been ready, then status.restore records it.
 func TestArchiveRestore(t *testing.T) {
 	xr := yamlStruct(t, `apiVersion: example.com/v1

@@ -119,10 +119,15 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 	for _, b := range newlyBlocked(xr, p.Blocked) {
 		response.Warning(rsp, errors.New(b.Message)).WithReason(b.Reason).TargetCompositeAndClaim()
 	}
+	var ws []warning
 	if p.Failover != nil {
-		for _, w := range newlyWarned(xr, p.Failover.Warnings) {
-			response.Warning(rsp, errors.New(w.Message)).WithReason(w.Reason).TargetCompositeAndClaim()
-		}
+		ws = newlyWarned(xr, condFailover, p.Failover.Warnings)
+	}
+	if p.Restore != nil {
+		ws = append(ws, newlyWarned(xr, condRestored, p.Restore.Warnings)...)
+	}
+	for _, w := range ws {
+		response.Warning(rsp, errors.New(w.Message)).WithReason(w.Reason).TargetCompositeAndClaim()
 	}
 	log.Debug("Composed a Database", "resources", len(desired), "blocked", len(p.Blocked))
 	return rsp, nil

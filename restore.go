@@ -109,9 +109,14 @@ type restoreStatus struct {
 	// reached, as its first primary reported it: the commit time of the
 	// last transaction replayed (RFC 3339; empty when none was), and the
 	// LSN and timeline where this Database's own history starts.
-	RestoredTo     string       `json:"restoredTo,omitempty"`
-	LSN            string       `json:"lsn,omitempty"`
-	Timeline       int64        `json:"timeline,omitempty"`
+	RestoredTo string `json:"restoredTo,omitempty"`
+	LSN        string `json:"lsn,omitempty"`
+	Timeline   int64  `json:"timeline,omitempty"`
+	// StoppedIn and ArchiveEnd, only when a restore to the archive's end
+	// stopped at a gap: the segment the replay ended in, and the last one
+	// the archive held (the writes in between were not restored).
+	StoppedIn      string       `json:"stoppedIn,omitempty"`
+	ArchiveEnd     string       `json:"archiveEnd,omitempty"`
 	Completed      bool         `json:"completed"`
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
@@ -149,6 +154,9 @@ type restorePlan struct {
 	// archive done and not recorded yet, whose report is the first
 	// primary's termination message.
 	RequireInstances *fnv1.ResourceSelector
+	// Warnings: a restore to the archive's end that stopped at a gap
+	// (newlyWarned against the Restored condition).
+	Warnings []warning
 }
 
 // planRestore decides the restore (see the comment above the constants);
@@ -448,6 +456,8 @@ func readRestoreRecord(xr *structpb.Struct) *restoreStatus {
 		PointInTime: stringAt(s, "pointInTime"),
 		RestoredTo:  stringAt(s, "restoredTo"),
 		LSN:         stringAt(s, "lsn"),
+		StoppedIn:   stringAt(s, "stoppedIn"),
+		ArchiveEnd:  stringAt(s, "archiveEnd"),
 		Completed:   s.GetFields()["completed"].GetBoolValue(),
 	}
 	if n, ok := s.GetFields()["timeline"].GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 && n.NumberValue < 1<<32 {

@@ -40,11 +40,11 @@ type warning struct {
 	Reason, Message string
 }
 
-// newlyWarned returns the warnings the observed XR's Failover condition
-// does not say yet, as newlyBlocked does for SpecApplied: a Warning once,
-// when it first appears, not on every call.
-func newlyWarned(xr *structpb.Struct, ws []warning) []warning {
-	c := observedCondition(xr, condFailover)
+// newlyWarned returns the warnings the observed XR's condition of type
+// typ (Failover, Restored) does not say yet, as newlyBlocked does for
+// SpecApplied: a Warning once, when it first appears, not on every call.
+func newlyWarned(xr *structpb.Struct, typ string, ws []warning) []warning {
+	c := observedCondition(xr, typ)
 	var out []warning
 	for _, w := range ws {
 		if c == nil || !strings.Contains(c.Message, w.Message) {

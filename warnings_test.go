@@ -84,7 +84,7 @@ func TestNewlyWarned(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, newlyWarned(tc.xr, tc.ws), cmpopts.EquateEmpty()); d != "" {
+			if d := cmp.Diff(tc.want, newlyWarned(tc.xr, condFailover, tc.ws), cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("%s: newlyWarned (-want +got):\n%s", tc.reason, d)
 			}
 		})

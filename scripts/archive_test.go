@@ -295,6 +295,19 @@ func (c *cluster) restoreInto(t *testing.T, in *instance, target string) (port i
 	return port, time.Since(start)
 }
 
+// restoreToEnd: a new Database (cluster name) restored by its entrypoint
+// from c's archive to its end; its report.
+func restoreToEnd(t *testing.T, tl *tools, root string, s3 *s3Server, c *cluster, name string) RestoreReport {
+	t.Helper()
+	cp := newCluster(t, tl, root, name)
+	cp.archived(t, s3)
+	writeFile(t, filepath.Join(cp.scripts, "restore-repo"), "/test/"+c.name)
+	writeFile(t, filepath.Join(cp.scripts, "restore-source"), c.db)
+	in := cp.instance(0)
+	in.start(t)
+	return in.restoreReport(t, 3*time.Minute)
+}
+
 // restoreReport waits for the entrypoint to exit after a restore, as it
 // must, and reads its report.
 func (in *instance) restoreReport(t *testing.T, timeout time.Duration) RestoreReport {
@@ -708,6 +721,11 @@ func TestDrill(t *testing.T) {
 	if v3, out, err := c.drill(t, p); err != nil || v3.Checksum == v.Checksum {
 		t.Errorf("a drill after an update: %v, checksum %s unchanged\n%s", err, v3.Checksum, out)
 	}
+	// Restored to the end of the whole archive: no gap.
+	if rep := restoreToEnd(t, tl, root, s3, c, "end-copy"); rep.Gap() || rep.ArchiveEnd == "" || rep.StoppedIn == "" {
+		t.Errorf("restore to the end of a whole archive: report %+v, want the archive's end and no gap", rep)
+	}
+
 	// A segment missing in the archive, after the backup: the replay
 	// stops before the archive's end, and the drill fails naming the gap.
 	c.appSQL(t, p, "INSERT INTO t VALUES (6000, 'a')")
@@ -726,6 +744,13 @@ func TestDrill(t *testing.T) {
 		t.Errorf("drill of an archive missing %s: %v %+v, want failed naming the gap\n%s", missing, err, g, out)
 	} else {
 		t.Logf("the drill of an archive with a gap: %s", g.Reason)
+	}
+	// A new Database restored to the end of that archive stops at the gap
+	// too; its report says where, and the archive's end.
+	if rep := restoreToEnd(t, tl, root, s3, c, "gap-copy"); !rep.Gap() || rep.StoppedIn[8:] != missing[8:] {
+		t.Errorf("restore to the end of an archive missing %s: report %+v, want stopped in it, before the archive's end", missing, rep)
+	} else {
+		t.Logf("restored to the end of an archive with a gap: stopped in %s, the archive held up to %s", rep.StoppedIn, rep.ArchiveEnd)
 	}
 	if err := os.Rename(moved, segs[0]); err != nil {
 		t.Fatal(err)

@@ -205,7 +205,7 @@ var Contract = []Script{
 			stateDir,
 			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between clone attempts, and between looks while holding"},
 			{Name: "CLONE_MAX_RATE", Need: Optional, Meaning: "pg_basebackup --max-rate of a clone (none: unbounded)"},
-			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where a primary restored from an archive writes what it reached (JSON: result, source, restoredTo, lsn, timeline, seconds) before it exits once"},
+			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where a primary restored from an archive writes what it reached (JSON: result, source, restoredTo, lsn, timeline, stoppedIn, archiveEnd, seconds) before it exits once"},
 			{Name: EnvMonitorUser, Need: Optional, Meaning: "with metrics: the role postgres_exporter logs in as over the socket (pg_hba.conf: peer, map monitor)"},
 			{Name: EnvMonitorUID, Need: Optional, Meaning: "with MONITOR_USER: the uid the exporter runs as; its user name in this image maps to MONITOR_USER, and to no other role"},
 			peerTimeout, peerHosts, peerOrds, scramSalt,

@@ -78,12 +78,7 @@ if [[ -z $label ]]; then
 	exit 0
 fi
 # The last archived segment now: the replay must reach it.
-archive_max=''
-while IFS= read -r line; do
-	if [[ $line =~ wal\ archive\ min/max.*/([0-9A-F]{24})[[:space:]]*$ ]]; then
-		archive_max=${BASH_REMATCH[1]}
-	fi
-done <<<"$info"
+archive_max=$(archive_max "$info")
 # The copy's own data directory for pgBackRest (restore_command's paths).
 export PGBACKREST_PG1_PATH=$PGDATA
 log "restoring backup $label into $PGDATA"
@@ -120,8 +115,7 @@ recovered=$(now_ms)
 restored_to=$(q "SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), '')")
 end_segment=$(q "SELECT pg_walfile_name(pg_current_wal_lsn())")
 log "backup $label restored, replayed to ${restored_to:-its own end} (segment $end_segment; the archive held up to ${archive_max:-none}) and promoted"
-# Same log and segment numbers whatever the timeline: compare those.
-if [[ -n $archive_max && ${end_segment:8} < ${archive_max:8} ]]; then
+if [[ -n $archive_max ]] && segment_before "$end_segment" "$archive_max"; then
 	fail "the archive has a gap: the replay of backup $label stopped in segment $end_segment, but the archive holds segments up to $archive_max (one in between is missing); a restore to the latest point would stop there too"
 fi
 

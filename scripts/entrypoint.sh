@@ -361,7 +361,7 @@ restore_sql() {
 # and timeline where the new timeline starts, seconds) that the function
 # records in status.restore; its next start serves as the primary.
 restore_primary() {
-	local started=$SECONDS repo target='' src args=() row report replayed lsn timeline
+	local started=$SECONDS repo target='' src args=() row report replayed lsn timeline segment archive_end=''
 	read_file_into repo "$SCRIPTS_DIR/restore-repo" || die "restore-repo unreadable"
 	read_file_into src "$SCRIPTS_DIR/restore-source" || die "restore-source unreadable"
 	if [[ -s $SCRIPTS_DIR/restore-target ]]; then
@@ -374,6 +374,11 @@ restore_primary() {
 		"--recovery-option=restore_command=bash $here/pgbackrest.sh get-from $repo %f \"%p\"")
 	if [[ -n $target ]]; then
 		args+=(--type=time --target="$target" --target-action=promote)
+	else
+		# To the end: the replay must reach the last segment archived now
+		# (the source may still be archiving: later ones do not count).
+		# Stopping before it is a gap, and the report says so.
+		archive_end=$(archive_max "$(bash "$here/pgbackrest.sh" info --repo1-path="$repo" 2>/dev/null)")
 	fi
 	bash "$here/pgbackrest.sh" restore "${args[@]}" >&2 ||
 		hold "pgBackRest could not restore from $repo (above): check restoreFrom and the bucket, then delete this pod"
@@ -400,10 +405,14 @@ restore_primary() {
 	report=$(psql -X -A -t -q -F ' ' -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres <<-'SQL'
 		SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '-'),
 		       pg_current_wal_lsn(),
-		       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+		       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int,
+		       pg_walfile_name(pg_current_wal_lsn())
 	SQL
 	) || hold "the restored copy does not answer after its promotion (above)"
-	read -r replayed lsn timeline <<<"$report"
+	read -r replayed lsn timeline segment <<<"$report"
+	if [[ -n $archive_end ]] && segment_before "$segment" "$archive_end"; then
+		log "WARNING: the replay stopped in segment $segment, but the archive holds segments up to $archive_end: one in between is missing (a gap), and the writes after it cannot be replayed"
+	fi
 	[[ $replayed != - ]] || replayed=''
 	restore_sql "$src" | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$superuser" -d postgres >&2
 	pg_ctl -D "$PGDATA" -m fast -w -t 120 stop >&2
@@ -418,7 +427,7 @@ restore_primary() {
 	# the pod's status (lastState) and the function records in
 	# status.restore. So the container ends here once; the kubelet starts it
 	# again and it serves as the primary (the marker above).
-	printf '%s\n' "{\"result\":\"restored\",\"source\":\"$(json_escape "$src")\",\"restoredTo\":\"$replayed\",\"lsn\":\"$lsn\",\"timeline\":$timeline,\"seconds\":$((SECONDS - started))}" \
+	printf '%s\n' "{\"result\":\"restored\",\"source\":\"$(json_escape "$src")\",\"restoredTo\":\"$replayed\",\"lsn\":\"$lsn\",\"timeline\":$timeline,\"stoppedIn\":\"$segment\",\"archiveEnd\":\"$archive_end\",\"seconds\":$((SECONDS - started))}" \
 		>"$TERMINATION_LOG" 2>/dev/null || log "cannot write $TERMINATION_LOG: status.restore will not say the point reached"
 	log "exiting once, so that the pod's status says what was restored; the kubelet starts this container again as the primary"
 	exit 0

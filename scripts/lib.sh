@@ -398,6 +398,26 @@ data_timeline() {
 	printf '%d\n' "$tli"
 }
 
+# --- the WAL archive -------------------------------------------------------
+# archive_max INFO: the last segment pgbackrest info (text) reports in the
+# WAL archive, or nothing. A replay of the archive to its end must reach it:
+# stopping before (segment_before) means a segment in between is missing.
+archive_max() {
+	local line max=''
+	while IFS= read -r line; do
+		if [[ $line =~ wal\ archive\ min/max.*/([0-9A-F]{24})[[:space:]]*$ ]]; then
+			max=${BASH_REMATCH[1]}
+		fi
+	done <<<"$1"
+	printf '%s' "$max"
+}
+
+# segment_before A B: segment A is before segment B in the WAL's log and
+# segment numbers, whatever their timelines (the first 8 of 24 digits).
+segment_before() {
+	[[ ${1:8} < ${2:8} ]]
+}
+
 # --- backups -----------------------------------------------------------------
 # A backup of Database D taken at T (UTC, YYYYmmddTHHMMSSZ) is three files in
 # one directory:

@@ -47,12 +47,25 @@ const (
 // RestoreReport is what the first primary restored from an archive reached
 // (entrypoint.sh restore_primary), written once before it exits.
 type RestoreReport struct {
-	Result     string  `json:"result"`
-	Source     string  `json:"source"`
-	RestoredTo string  `json:"restoredTo"`
-	LSN        string  `json:"lsn"`
-	Timeline   int64   `json:"timeline"`
+	Result     string `json:"result"`
+	Source     string `json:"source"`
+	RestoredTo string `json:"restoredTo"`
+	LSN        string `json:"lsn"`
+	Timeline   int64  `json:"timeline"`
+	// StoppedIn is the WAL segment the replay ended in; ArchiveEnd the
+	// last segment the archive held when a restore to its end began
+	// (empty with a target time). StoppedIn before ArchiveEnd is a gap.
+	StoppedIn  string  `json:"stoppedIn,omitempty"`
+	ArchiveEnd string  `json:"archiveEnd,omitempty"`
 	Seconds    float64 `json:"seconds"`
+}
+
+// Gap: the replay of a restore to the archive's end stopped in a segment
+// before the last one the archive held, so one in between is missing. The
+// log and segment numbers are compared (the last 16 of 24 hex digits),
+// whatever the timelines.
+func (r RestoreReport) Gap() bool {
+	return len(r.StoppedIn) == 24 && len(r.ArchiveEnd) == 24 && r.StoppedIn[8:] < r.ArchiveEnd[8:]
 }
 
 // Restored is RestoreReport's one result.
