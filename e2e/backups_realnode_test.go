@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
+	"github.com/example/function-database/internal/corrupt"
 )
 
 // The WAL archive in object storage on real pods (docs/backups.md): a real
@@ -316,21 +316,8 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 	}
 
 	// The backup's biggest file in the bucket (a bundle) corrupted.
-	biggest, size := biggestFile(filepath.Join(store.repository(ns, db), "backup", "db", label))
-	if biggest == "" {
-		t.Fatalf("no file of backup %s in the bucket", label)
-	}
-	b, err := os.ReadFile(biggest)
+	biggest, size, err := corrupt.Backup(filepath.Join(store.repository(ns, db), "backup", "db", label))
 	if err != nil {
-		t.Fatal(err)
-	}
-	// 4 KiB inverted in the middle: one changed byte can land where the
-	// compressed stream's decoder ignores it (seen in a bundle: the copy
-	// restored the file intact), a run of them cannot.
-	for i := len(b)/2 - min(2048, len(b)/2); i < min(len(b), len(b)/2+2048); i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(biggest, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	corrupted := time.Now()
@@ -725,22 +712,4 @@ func (s *suite) runCronJobNow(t *testing.T, ns, cronJob string) string {
 		_ = s.k.cs.BatchV1().Jobs(ns).Delete(context.Background(), j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 	})
 	return j.Name
-}
-
-// biggestFile is the largest regular file under a backup's folder in the
-// bucket other than its manifest: a bundle of small files (repo1-bundle) or
-// a file stored alone.
-func biggestFile(dir string) (string, int64) {
-	var biggest string
-	var size int64
-	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), "backup.manifest") {
-			return nil
-		}
-		if i, err := e.Info(); err == nil && i.Size() > size {
-			biggest, size = p, i.Size()
-		}
-		return nil
-	})
-	return biggest, size
 }

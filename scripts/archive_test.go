@@ -9,7 +9,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/example/function-database/internal/corrupt"
 )
 
 // The WAL archive on real pgBackRest (Debian's) and a real S3 server
@@ -763,21 +764,8 @@ func TestDrill(t *testing.T) {
 
 	// A corrupted backup: 4 KiB changed in the biggest file (a bundle) of the newest backup
 	// in the bucket. The drill fails, saying which backup.
-	biggest, size := biggestFile(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "backup", "db", v.Backup))
-	if biggest == "" {
-		t.Fatalf("no file of backup %s in the bucket", v.Backup)
-	}
-	b, err := os.ReadFile(biggest)
+	biggest, size, err := corrupt.Backup(filepath.Join(s3.dir, "data", "pg-archive", "test", c.name, "backup", "db", v.Backup))
 	if err != nil {
-		t.Fatal(err)
-	}
-	// 4 KiB inverted in the middle: one changed byte can land where the
-	// compressed stream's decoder ignores it (seen in a bundle: the copy
-	// restored the file intact), a run of them cannot.
-	for i := len(b)/2 - min(2048, len(b)/2); i < min(len(b), len(b)/2+2048); i++ {
-		b[i] ^= 0xff
-	}
-	if err := os.WriteFile(biggest, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("corrupted %s (%d bytes)", biggest, size)
@@ -786,22 +774,4 @@ func TestDrill(t *testing.T) {
 		t.Errorf("drill of a corrupted backup: %v %+v, want failed naming %s\n%s", err, bad, v.Backup, out)
 	}
 	t.Logf("the corrupted backup's drill: %s", bad.Reason)
-}
-
-// biggestFile is the largest regular file under a backup's folder in the
-// bucket other than its manifest: a bundle of small files (repo1-bundle) or
-// a file stored alone.
-func biggestFile(dir string) (string, int64) {
-	var biggest string
-	var size int64
-	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), "backup.manifest") {
-			return nil
-		}
-		if i, err := e.Info(); err == nil && i.Size() > size {
-			biggest, size = p, i.Size()
-		}
-		return nil
-	})
-	return biggest, size
 }
