@@ -31,6 +31,7 @@ type CLI struct {
 
 	MaxConcurrentStreams uint32        `default:"128" help:"Most requests served at once on one connection; more wait for a free slot. Bounds memory at about this times --max-recv-message-size per connection."`
 	ConnectionTimeout    time.Duration `default:"10s" help:"How long a new connection may take to complete its TLS handshake before it is closed."`
+	MaxConnectionAge     time.Duration `default:"30s" help:"How long a client connection lives before the client is asked to connect again (and so to look the function's replicas up again: a replica on a dead node then leaves Crossplane's balancer); 0 keeps connections forever."`
 }
 
 // Run this Function until SIGINT or SIGTERM, then drain in-flight requests.
@@ -61,6 +62,7 @@ func (c *CLI) options() server.Options {
 		MaxRecvMessageSize:   c.MaxRecvMessageSize,
 		MaxConcurrentStreams: c.MaxConcurrentStreams,
 		ConnectionTimeout:    c.ConnectionTimeout,
+		MaxConnectionAge:     c.MaxConnectionAge,
 	}
 }
 

@@ -156,7 +156,7 @@ func exampleRequests(t *testing.T) []namedRequest {
 func TestFlags(t *testing.T) {
 	defaults := CLI{
 		Network: "tcp", Address: ":9443", MetricsAddress: ":8080",
-		MaxRecvMessageSize: 16, MaxConcurrentStreams: 128, ConnectionTimeout: 10 * time.Second,
+		MaxRecvMessageSize: 16, MaxConcurrentStreams: 128, ConnectionTimeout: 10 * time.Second, MaxConnectionAge: 30 * time.Second,
 	}
 	cases := map[string]struct {
 		reason string
@@ -178,6 +178,7 @@ func TestFlags(t *testing.T) {
 			args: []string{
 				"--debug", "--network=unix", "--address=/run/fn.sock", "--tls-server-certs-dir=/certs", "--insecure",
 				"--metrics-address=", "--max-recv-message-size=4", "--max-concurrent-streams=8", "--connection-timeout=3s",
+				"--max-connection-age=0",
 			},
 			want: func(_ CLI) CLI {
 				return CLI{

@@ -4,6 +4,8 @@
 // text), with what function.Serve (v0.7.1) lacks:
 //   - limits: keepalive pings and their enforcement, concurrent streams per
 //     connection, request header size, the TLS handshake's timeout;
+//   - a maximum connection age, so that a replica on a dead node leaves
+//     Crossplane's balancer (MaxConnectionAge below);
 //   - a stop: Serve returns when its context is done, after draining the
 //     requests in flight, and serves on listeners it is given (function.Serve
 //     blocks until an error, listens itself, and cannot be stopped);
@@ -71,6 +73,12 @@ const (
 	// would disconnect such clients.
 	keepaliveMinTime = 5 * time.Second
 
+	// maxConnectionAgeGrace is how long a connection told to go away (its
+	// MaxConnectionAge reached) may finish the requests it has in flight:
+	// RunFunction takes milliseconds, and Crossplane bounds a whole
+	// reconcile at two minutes.
+	maxConnectionAgeGrace = time.Minute
+
 	// ShutdownGrace is how long a stopping server waits for requests in
 	// flight (RunFunction takes milliseconds) before closing connections;
 	// below Kubernetes' default 30 s termination grace period.
@@ -95,6 +103,25 @@ type Options struct {
 	MaxConcurrentStreams uint32
 	// ConnectionTimeout bounds a new connection's TLS handshake.
 	ConnectionTimeout time.Duration
+	// MaxConnectionAge is how long a client connection lives before the
+	// server asks the client (HTTP/2 GOAWAY) to connect again; 0 keeps
+	// connections forever, as function.Serve does.
+	//
+	// Why: Crossplane core (v2.3) keeps one connection per function to
+	// every address of its headless Service, balanced round-robin, with no
+	// keepalive pings, and asks DNS again only when one of those
+	// connections closes. A replica whose node dies closes nothing: its
+	// connection stays ready, about every other call is sent to it and
+	// hangs until the reconcile's 2-minute timeout, for as long as the
+	// kernel retransmits (about 15 minutes), failovers included. A live
+	// replica that closes its connections every MaxConnectionAge makes
+	// core resolve again; the dead replica's address, gone from DNS once
+	// its node is NotReady, is dropped and the calls hung on it fail at
+	// once (Crossplane retries them). It also lets new replicas receive
+	// calls (core otherwise keeps the addresses of its first lookup).
+	// TestDeadReplicaLeavesTheBalancer proves both with core's own client
+	// settings.
+	MaxConnectionAge time.Duration
 }
 
 // credentials returns the transport credentials the options ask for: mTLS
@@ -142,6 +169,13 @@ func New(c Options, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) (*S
 	if c.ConnectionTimeout <= 0 {
 		return nil, errors.Errorf("--connection-timeout must be positive, not %s", c.ConnectionTimeout)
 	}
+	if c.MaxConnectionAge < 0 {
+		return nil, errors.Errorf("--max-connection-age must be 0 (connections kept forever) or positive, not %s", c.MaxConnectionAge)
+	}
+	params := keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}
+	if c.MaxConnectionAge > 0 {
+		params.MaxConnectionAge, params.MaxConnectionAgeGrace = c.MaxConnectionAge, maxConnectionAgeGrace
+	}
 
 	s := &Server{health: health.NewServer(), log: log}
 	var interceptors []grpc.UnaryServerInterceptor
@@ -167,7 +201,7 @@ func New(c Options, fn fnv1.FunctionRunnerServiceServer, log logging.Logger) (*S
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(maxHeaderListSize),
 		grpc.ConnectionTimeout(c.ConnectionTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(interceptors...),
 	)

@@ -57,7 +57,7 @@ var testRequest = &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "test"}}
 // options are the binary's flag defaults (main.go, pinned by the root's
 // TestFlags) with metrics off, changed by edit.
 func options(edit func(o *Options)) Options {
-	o := Options{Network: "tcp", Address: ":9443", MaxRecvMessageSize: 16, MaxConcurrentStreams: 128, ConnectionTimeout: 10 * time.Second}
+	o := Options{Network: "tcp", Address: ":9443", MaxRecvMessageSize: 16, MaxConcurrentStreams: 128, ConnectionTimeout: 10 * time.Second, MaxConnectionAge: 30 * time.Second}
 	if edit != nil {
 		edit(&o)
 	}
@@ -354,6 +354,11 @@ func TestRefusesToStart(t *testing.T) {
 			reason: "A request limit of 0 MiB would refuse every request.",
 			edit:   func(o *Options) { o.Address, o.Insecure, o.MaxRecvMessageSize = heldAddr, true, 0 },
 			want:   []string{"--max-recv-message-size must be between 1 and 2047 MiB"},
+		},
+		"NegativeConnectionAge": {
+			reason: "A negative connection age means nothing; 0 is the way to keep connections.",
+			edit:   func(o *Options) { o.Address, o.Insecure, o.MaxConnectionAge = heldAddr, true, -time.Second },
+			want:   []string{"--max-connection-age must be 0 (connections kept forever) or positive, not -1s"},
 		},
 		"AddressInUse": {
 			reason: "The gRPC address is taken.",
