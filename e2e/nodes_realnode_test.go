@@ -229,6 +229,37 @@ func (n *node) podNetns() map[uint64]bool {
 	return out
 }
 
+// linksDown sets every link but the loopback down in the named network
+// namespaces (/run/netns) whose inode is one of these.
+func linksDown(inodes map[uint64]bool) error {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/run/netns", e.Name()), &st) != nil || !inodes[st.Ino] {
+			continue
+		}
+		out, err := exec.Command("ip", "-n", e.Name(), "-o", "link", "show").Output()
+		if err != nil {
+			return fmt.Errorf("links of network namespace %s: %w", e.Name(), err)
+		}
+		for l := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+			// "2: eth0@if7: <BROADCAST,...> ..."
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			link, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if link == "lo" {
+				continue
+			}
+			if b, err := exec.Command("ip", "-n", e.Name(), "link", "set", "dev", link, "down").CombinedOutput(); err != nil {
+				return fmt.Errorf("link %s of network namespace %s down: %w: %s", link, e.Name(), err, b)
+			}
+		}
+	}
+	return nil
+}
+
 // deleteNetns deletes the named network namespaces (/run/netns) whose inode
 // is one of these: a pod's namespace outlives its processes as long as it is
 // named there, and with it its veth on the bridge and its address, which
@@ -247,13 +278,20 @@ func deleteNetns(inodes map[uint64]bool) []string {
 	return deleted
 }
 
-// kill kills the node at once, as a machine that loses power: SIGKILL to
-// its kubelet and its containerd, then to its shims and every process in
-// its pod cgroups until none is left; then its pods' network namespaces go
-// (their addresses with them). It returns how many processes it killed
-// besides the kubelet and containerd.
+// kill kills the node at once, as a machine that loses power: its pods'
+// network links go down first, so that no process killed next closes a
+// connection (a dead machine sends no FIN and no RST: its peers' connections
+// stay open and unanswered, which is what a client without keepalives, as
+// Crossplane core's, hangs on); then SIGKILL to its kubelet and its
+// containerd, then to its shims and every process in its pod cgroups until
+// none is left; then its pods' network namespaces go (their addresses with
+// them). It returns how many processes it killed besides the kubelet and
+// containerd.
 func (n *node) kill() (int, error) {
 	netns := n.podNetns()
+	if err := linksDown(netns); err != nil {
+		return 0, fmt.Errorf("node %s: %w", n.name, err)
+	}
 	n.kubelet.kill()
 	n.containerd.kill()
 	killed := map[int]bool{}
@@ -386,9 +424,10 @@ func (s *suite) placement(t *testing.T, ns, db string) map[string]string {
 }
 
 // TestNodes runs a Database on several real nodes: its instances one a
-// node (the function's default, spread Required), then its primary's node
-// killed while the checker's client writes. Run it alone with
-// `hack/e2e.sh -run '^TestNodes$'`.
+// node (the function's default, spread Required), then drains, its
+// primary's node killed, a standby's node lost for good, and the primary's
+// node killed with one of the function's two replicas, while the checker's
+// client writes. Run it alone with `hack/e2e.sh -run '^TestNodes$'`.
 func TestNodes(t *testing.T) {
 	s := env
 	s.realNode(t)
@@ -465,7 +504,10 @@ func TestNodes(t *testing.T) {
 	if !s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) }) {
 		return
 	}
-	s.step(t, "NodeGoneForGood", func(t *testing.T) { s.nodeGoneForGood(t, d, ns, db, writerName) })
+	if !s.step(t, "NodeGoneForGood", func(t *testing.T) { s.nodeGoneForGood(t, d, ns, db, writerName) }) {
+		return
+	}
+	s.step(t, "FunctionNodeDies", func(t *testing.T) { s.functionNodeDies(t, d, ns, db, writerName) })
 }
 
 // postgresTail is the last n lines of the pod's postgres container's log
@@ -521,6 +563,12 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 // the old primary rejoins as a standby. Nothing acknowledged may be lost
 // (durability sync).
 func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName string, where map[string]string) {
+	s.primaryNodeDiesAs(t, "PrimaryNodeDies", d, ns, db, writerName, where, 4*time.Minute)
+}
+
+// primaryNodeDiesAs is primaryNodeDies for a scenario of this name, waiting
+// at most promoteWithin for the promotion.
+func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns, db, writerName string, where map[string]string, promoteWithin time.Duration) {
 	ctx := context.Background()
 	s.poolWriter(t, ns, db, writerName, where)
 	w, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
@@ -565,7 +613,7 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	notReady := time.Since(lost)
 	t.Logf("%s NotReady %s after its death", victim.name, notReady.Round(100*time.Millisecond))
 
-	to := s.waitPrimaryMoved(t, d, ns, db, from, 4*time.Minute, "a standby promoted in place of "+from)
+	to := s.waitPrimaryMoved(t, d, ns, db, from, promoteWithin, "a standby promoted in place of "+from)
 	promoted := time.Now()
 	t.Logf("%s (on %s) promoted in place of %s %s after the node's death", to, where[to], from, promoted.Sub(lost).Round(100*time.Millisecond))
 	eventually(t, 2*time.Minute, "writes acknowledged through "+db+" after the promotion", func() (bool, string) {
@@ -623,7 +671,7 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 	// clear_stale_locks pg_rewind's crash recovery refused them and the
 	// entrypoint cloned the whole database instead (six runs of ten).
 	s.checkAfterFailover(t, d, ns, db, writerName, failoverCheck{
-		scenario: "PrimaryNodeDies", durability: checker.Sync,
+		scenario: scenario, durability: checker.Sync,
 		from: from, to: to, fault: lost, promoted: promoted,
 	})
 	how := s.rejoinedBy(ns, from)

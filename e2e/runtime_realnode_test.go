@@ -33,13 +33,7 @@ import (
 func (s *suite) functionInPod(ctx context.Context) error {
 	t0 := time.Now()
 	n, x := s.node, s.xp
-	// The runtime image is the FunctionRevision's resolved source: the
-	// ImageConfig has rewritten pkgHost to the loopback registry. Both are
-	// configured, the second as a mirror, in case a revision keeps the name.
-	if err := n.trustRegistry(s.reg.addr, s.reg.caFile); err != nil {
-		return err
-	}
-	if err := n.mirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.addr, s.reg.caFile); err != nil {
+	if err := s.pullsPackages(n); err != nil {
 		return err
 	}
 	// The function's pod goes to the real node (kwok would fake it).
@@ -99,6 +93,17 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	x.fn.stop(5 * time.Second)
 	logf("function now runs only in its pod (%s)", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// pullsPackages makes node n's containerd pull the function's runtime image:
+// the FunctionRevision's resolved source, which the ImageConfig has rewritten
+// from pkgHost to the loopback registry. Both are configured, the second as a
+// mirror, in case a revision keeps the name.
+func (s *suite) pullsPackages(n *node) error {
+	if err := n.trustRegistry(s.reg.addr, s.reg.caFile); err != nil {
+		return err
+	}
+	return n.mirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.addr, s.reg.caFile)
 }
 
 // functionPod returns the function's Ready pod on the real node, or nil and

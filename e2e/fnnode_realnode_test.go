@@ -1,0 +1,245 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	functionGVK      = schema.GroupVersionKind{Group: "pkg.crossplane.io", Version: "v1", Kind: "Function"}
+	runtimeConfigGVK = schema.GroupVersionKind{Group: "pkg.crossplane.io", Version: "v1beta1", Kind: "DeploymentRuntimeConfig"}
+)
+
+// runtimeExample is the DeploymentRuntimeConfig README recommends for the
+// function (two replicas on two nodes, evicted 5 s after their node is
+// lost); TestNodes/FunctionNodeDies runs the function with it.
+const runtimeExample = "example/function-runtime.yaml"
+
+// functionOnNodes runs the function's Deployment with two replicas, one on
+// each node named (pool nodes), and waits until each is ready. t's cleanup
+// undoes it (the function back on the first node alone, as the rest of the
+// suite expects): t must end before the pool stops.
+func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
+	t.Helper()
+	ctx := context.Background()
+	nsBefore, err := s.k.cs.CoreV1().Namespaces().Get(ctx, xpNamespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectorBefore := nsBefore.Annotations["scheduler.alpha.kubernetes.io/node-selector"]
+	setSelector := func(sel string) error {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"scheduler.alpha.kubernetes.io/node-selector":%q}}}`, sel)
+		_, err := s.k.cs.CoreV1().Namespaces().Patch(ctx, xpNamespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	useConfig := func(name string) error {
+		c, err := s.k.client(functionGVK, "")
+		if err != nil {
+			return err
+		}
+		patch := fmt.Sprintf(`{"spec":{"runtimeConfigRef":{"apiVersion":"pkg.crossplane.io/v1beta1","kind":"DeploymentRuntimeConfig","name":%q}}}`, name)
+		_, err = c.Patch(ctx, s.xp.fnName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+
+	for _, name := range nodes {
+		n := s.poolNodeNamed(name)
+		if n == nil {
+			t.Fatalf("%s is not a pool node", name)
+		}
+		if err := s.pullsPackages(n); err != nil {
+			t.Fatalf("%s pulls the function's image: %v", name, err)
+		}
+	}
+	if err := setSelector(poolLabel + "=true"); err != nil {
+		t.Fatalf("namespace %s to the pool: %v", xpNamespace, err)
+	}
+	// The example, held to the two nodes named besides.
+	rc := &unstructured.Unstructured{}
+	if err := readYAML(filepath.Join(s.root, runtimeExample), &rc.Object); err != nil {
+		t.Fatal(err)
+	}
+	twoReplicasConfig := rc.GetName()
+	tmpl := []string{"spec", "deploymentTemplate", "spec", "template", "spec"}
+	anti, _, _ := unstructured.NestedSlice(rc.Object, append(tmpl, "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")...)
+	if len(anti) != 1 || !strings.Contains(fmt.Sprint(anti[0]), "pkg.crossplane.io/function:"+s.xp.fnName) {
+		t.Fatalf("%s: its anti-affinity does not select the Function %s's pods: %v", runtimeExample, s.xp.fnName, anti)
+	}
+	if err := unstructured.SetNestedField(rc.Object, map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
+			"key": corev1.LabelHostname, "operator": "In", "values": []any{nodes[0], nodes[1]},
+		}}}},
+	}}, append(tmpl, "affinity", "nodeAffinity")...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.k.apply(ctx, rc); err != nil {
+		t.Fatalf("DeploymentRuntimeConfig %s: %v", twoReplicasConfig, err)
+	}
+	if err := useConfig(twoReplicasConfig); err != nil {
+		t.Fatalf("Function %s with %s: %v", s.xp.fnName, twoReplicasConfig, err)
+	}
+	t.Cleanup(func() {
+		if err := useConfig("default"); err != nil {
+			t.Errorf("Function %s back to the default runtime: %v", s.xp.fnName, err)
+		}
+		if err := setSelector(selectorBefore); err != nil {
+			t.Errorf("namespace %s back to %q: %v", xpNamespace, selectorBefore, err)
+		}
+		// Crossplane keeps what the config set in the Deployment's pod
+		// template (the affinity, the tolerations) when the Function moves
+		// to another config (seen with v2.3.4): once the revision names the
+		// default config, the Deployment is deleted, and core makes it
+		// again from that config.
+		eventually(t, time.Minute, "the FunctionRevision on the default runtime config", func() (bool, string) {
+			rev, err := s.xp.revision(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			name, _, _ := unstructured.NestedString(rev.Object, "spec", "runtimeConfigRef", "name")
+			return name == "default", "runtimeConfigRef " + name
+		})
+		ds, err := s.k.cs.AppsV1().Deployments(xpNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Errorf("the function's Deployment: %v", err)
+		}
+		for _, dep := range ds.Items {
+			if strings.HasPrefix(dep.Name, s.xp.fnName+"-") {
+				if err := s.k.cs.AppsV1().Deployments(xpNamespace).Delete(ctx, dep.Name, metav1.DeleteOptions{}); err != nil {
+					t.Errorf("delete the function's Deployment %s: %v", dep.Name, err)
+				}
+			}
+		}
+		eventually(t, 4*time.Minute, "the function alone on "+realNodeName+" again", func() (bool, string) {
+			pods, state := s.functionPods(ctx)
+			return len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]), state
+		})
+		c, err := s.k.client(runtimeConfigGVK, "")
+		if err == nil {
+			err = c.Delete(ctx, twoReplicasConfig, metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete DeploymentRuntimeConfig %s: %v", twoReplicasConfig, err)
+		}
+	})
+	eventually(t, 4*time.Minute, fmt.Sprintf("the function's two replicas ready on %s and %s", nodes[0], nodes[1]), func() (bool, string) {
+		pods, state := s.functionPods(ctx)
+		var on []string
+		for i := range pods {
+			if podReady(&pods[i]) && pods[i].DeletionTimestamp == nil {
+				on = append(on, pods[i].Spec.NodeName)
+			}
+		}
+		slices.Sort(on)
+		want := []string{nodes[0], nodes[1]}
+		slices.Sort(want)
+		return len(pods) == 2 && slices.Equal(on, want), state
+	})
+}
+
+// functionPods are the pods of the function's Deployment, with a line
+// saying where each runs and how it is.
+func (s *suite) functionPods(ctx context.Context) ([]corev1.Pod, string) {
+	pods, err := s.k.cs.CoreV1().Pods(xpNamespace).List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/function=" + s.xp.fnName})
+	if err != nil {
+		return nil, err.Error()
+	}
+	var states []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		states = append(states, fmt.Sprintf("%s on %q: %s ready=%t deleting=%t%s", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(p), p.DeletionTimestamp != nil, containerWaiting(p)))
+	}
+	return pods.Items, strings.Join(states, "; ")
+}
+
+// runFunctionCalls is how many RunFunction calls the function's pod has
+// answered (its metrics, read over the pod network as Prometheus would).
+func runFunctionCalls(p *corev1.Pod) (int, error) {
+	c := http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + p.Status.PodIP + ":8080/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "grpc_server_handled_total{") || !strings.Contains(l, `grpc_method="RunFunction"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q: %w", l, err)
+		}
+		n += int(v)
+	}
+	return n, sc.Err()
+}
+
+// functionNodeDies runs the function's two replicas on the primary's node
+// and on another, makes Crossplane call both, and kills the primary's node:
+// the failover needs the function, and Crossplane core's client (no
+// keepalive) keeps a connection to the dead replica until something makes
+// it resolve the Service again (the live replica's connection age,
+// internal/server). Then PrimaryNodeDies's checks: a standby promoted,
+// nothing acknowledged lost, the old primary rejoins once its node is back.
+func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName string) {
+	ctx := context.Background()
+	from := s.waitWhole(t, d, ns, db, "before the function's node is lost", nil)
+	where := s.placement(t, ns, db)
+	other := ""
+	for _, pod := range slices.Sorted(mapKeys(where)) {
+		if pod != from && s.poolNodeNamed(where[pod]) != nil {
+			other = where[pod]
+			break
+		}
+	}
+	nodes := [2]string{where[from], other}
+	t0 := time.Now()
+	s.functionOnNodes(t, nodes)
+	t.Logf("the function's two replicas ready on %s (the primary %s's) and %s in %s", nodes[0], from, nodes[1], time.Since(t0).Round(100*time.Millisecond))
+
+	// Both replicas answer Crossplane before the node dies: reconciles of
+	// the Database (an annotation changed) until each has served a call.
+	pods, _ := s.functionPods(ctx)
+	eventually(t, 3*time.Minute, "both replicas called by Crossplane", func() (bool, string) {
+		u := d.get(t)
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"e2e.function-database/touch": time.Now().Format(time.RFC3339Nano)}}})
+		c, err := s.k.clientFor(u)
+		if err != nil {
+			return false, err.Error()
+		}
+		if _, err := c.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		all := true
+		for i := range pods {
+			n, err := runFunctionCalls(&pods[i])
+			seen = append(seen, fmt.Sprintf("%s on %s: %d calls (%v)", pods[i].Name, pods[i].Spec.NodeName, n, err))
+			all = all && err == nil && n > 0
+		}
+		return all, strings.Join(seen, "; ")
+	})
+	s.primaryNodeDiesAs(t, "FunctionNodeDies", d, ns, db, writerName, where, 6*time.Minute)
+}
