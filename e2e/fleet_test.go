@@ -53,6 +53,16 @@ func TestFleet(t *testing.T) {
 		}
 		readyWithin = time.Duration(m) * time.Minute
 	}
+	// E2E_FLEET_BACKUPS=off: Databases without backups (one claim each, not
+	// two), to tell the volume binding's share of the time to Ready.
+	spec := map[string]any{"size": "small"}
+	switch b := os.Getenv("E2E_FLEET_BACKUPS"); b {
+	case "", "on":
+	case "off":
+		spec["backup.enabled"] = false
+	default:
+		t.Fatalf("E2E_FLEET_BACKUPS %q: want on or off", b)
+	}
 	s := env
 	ctx := context.Background()
 
@@ -93,7 +103,7 @@ func TestFleet(t *testing.T) {
 		if i < fleetNamespaces {
 			s.ensureNamespace(t, ns)
 		}
-		u := newDatabase(t, fmt.Sprintf("db-%04d", i), map[string]any{"size": "small"})
+		u := newDatabase(t, fmt.Sprintf("db-%04d", i), spec)
 		u.SetNamespace(ns)
 		names[i] = database{gvk: u.GroupVersionKind(), ns: ns, name: u.GetName()}
 	}
@@ -111,7 +121,7 @@ func TestFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	procs := s.controlPlane()
-	t.Logf("%d Databases in %d namespaces, %d more kwok nodes; measuring %s", n, fleetNamespaces, nodes, strings.Join(slices.Sorted(maps.Keys(procs)), ", "))
+	t.Logf("%d Databases (spec %v) in %d namespaces, %d more kwok nodes; measuring %s", n, spec, fleetNamespaces, nodes, strings.Join(slices.Sorted(maps.Keys(procs)), ", "))
 
 	before := cpuOf(t, procs)
 	t0 := time.Now()
@@ -121,7 +131,7 @@ func TestFleet(t *testing.T) {
 		for range 16 {
 			wg.Go(func() {
 				for d := range work {
-					u := newDatabase(t, d.name, map[string]any{"size": "small"})
+					u := newDatabase(t, d.name, spec)
 					u.SetNamespace(d.ns)
 					if _, err := s.k.create(ctx, u); err != nil {
 						t.Errorf("create %s: %v", d, err)

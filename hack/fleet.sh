@@ -6,6 +6,7 @@
 # part of the full run: it runs alone, and leaves the fleet behind.
 #
 #   hack/fleet.sh [N] [READY_MINUTES]     e.g. hack/fleet.sh 500 5
+#   E2E_FLEET_BACKUPS=off hack/fleet.sh   Databases without backups (one claim each)
 set -euo pipefail
 n=${1:-500}
 [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || {
