@@ -116,11 +116,12 @@ type Options struct {
 	// kernel retransmits (about 15 minutes), failovers included. A live
 	// replica that closes its connections every MaxConnectionAge makes
 	// core resolve again; the dead replica's address, gone from DNS once
-	// its node is NotReady, is dropped and the calls hung on it fail at
-	// once (Crossplane retries them). It also lets new replicas receive
-	// calls (core otherwise keeps the addresses of its first lookup).
-	// TestDeadReplicaLeavesTheBalancer proves both with core's own client
-	// settings.
+	// its node is NotReady, is dropped and no new call is sent to it (a
+	// call already in flight on it still waits for its deadline: grpc
+	// closes a dropped connection gracefully). It should also let new
+	// replicas receive calls (core otherwise keeps the addresses of its
+	// first lookup; not tested). TestDeadReplicaLeavesTheBalancer proves
+	// the first with core's own client settings.
 	MaxConnectionAge time.Duration
 }
 
