@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -129,7 +130,10 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 		}
 		eventually(t, 4*time.Minute, "the function alone on "+realNodeName+" again", func() (bool, string) {
 			pods, state := s.functionPods(ctx)
-			return len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]), state
+			if len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]) {
+				return true, state
+			}
+			return false, state + "; " + s.functionReach(ctx, pods)
 		})
 		c, err := s.k.client(runtimeConfigGVK, "")
 		if err == nil {
@@ -196,6 +200,48 @@ func runFunctionCalls(p *corev1.Pod) (int, error) {
 	return n, sc.Err()
 }
 
+// functionReach says how Crossplane core would reach the function's pods:
+// the revision's endpoint resolved as core resolves it (the node's CoreDNS,
+// with a pod's search path), a TCP connection to each pod's gRPC port from
+// this host (core runs here), and core's last log lines that name the
+// function. It is what a wait for the function's calls prints when it
+// times out (in the CI rehearsal of session 21 the moved replicas received
+// no call and nothing said why).
+func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
+	var out []string
+	if rev, err := s.xp.revision(ctx); err != nil {
+		out = append(out, "revision: "+err.Error())
+	} else {
+		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
+		host, _, _ := net.SplitHostPort(strings.TrimPrefix(ep, "dns:///"))
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
+		}}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		addrs, err := r.LookupHost(lctx, host+".svc.cluster.local")
+		cancel()
+		out = append(out, fmt.Sprintf("endpoint %s resolves to %v (%v)", ep, addrs, err))
+	}
+	for i := range pods {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(pods[i].Status.PodIP, "9443"), 2*time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		out = append(out, fmt.Sprintf("dial %s %s:9443: %v", pods[i].Name, pods[i].Status.PodIP, err))
+	}
+	var lines []string
+	for l := range strings.SplitSeq(s.xp.core.tail(400), "\n") {
+		if strings.Contains(l, s.xp.fnName) || strings.Contains(l, "RunFunction") || strings.Contains(l, "DeadlineExceeded") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	out = append(out, "core's log: "+strings.Join(lines, " | "))
+	return strings.Join(out, "; ")
+}
+
 // functionNodeDies runs the function's two replicas on the primary's node
 // and on another, makes Crossplane call both, and kills the primary's node:
 // the failover needs the function, and Crossplane core's client (no
@@ -238,6 +284,9 @@ func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName st
 			n, err := runFunctionCalls(&pods[i])
 			seen = append(seen, fmt.Sprintf("%s on %s: %d calls (%v)", pods[i].Name, pods[i].Spec.NodeName, n, err))
 			all = all && err == nil && n > 0
+		}
+		if !all {
+			seen = append(seen, s.functionReach(ctx, pods))
 		}
 		return all, strings.Join(seen, "; ")
 	})
