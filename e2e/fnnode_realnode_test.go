@@ -128,13 +128,10 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 				}
 			}
 		}
-		eventually(t, 4*time.Minute, "the function alone on "+realNodeName+" again", func() (bool, string) {
+		eventuallyExplained(t, 4*time.Minute, "the function alone on "+realNodeName+" again", func() (bool, string) {
 			pods, state := s.functionPods(ctx)
-			if len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]) {
-				return true, state
-			}
-			return false, state + "; " + s.functionReach(ctx, pods)
-		})
+			return len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]), state
+		}, func() string { pods, _ := s.functionPods(ctx); return s.functionReach(ctx, pods) })
 		c, err := s.k.client(runtimeConfigGVK, "")
 		if err == nil {
 			err = c.Delete(ctx, twoReplicasConfig, metav1.DeleteOptions{})
@@ -204,7 +201,7 @@ func runFunctionCalls(p *corev1.Pod) (int, error) {
 // the revision's endpoint resolved as core resolves it (the node's CoreDNS,
 // with a pod's search path), a TCP connection to each pod's gRPC port from
 // this host (core runs here), and core's last log lines that name the
-// function. It is what a wait for the function's calls prints when it
+// function. It is what a wait for the function's calls adds when it
 // times out (in the CI rehearsal of session 21 the moved replicas received
 // no call and nothing said why).
 func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
@@ -214,11 +211,8 @@ func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
 	} else {
 		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
 		host, _, _ := net.SplitHostPort(strings.TrimPrefix(ep, "dns:///"))
-		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
-		}}
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		addrs, err := r.LookupHost(lctx, host+".svc.cluster.local")
+		addrs, err := clusterResolver().LookupHost(lctx, host+".svc.cluster.local")
 		cancel()
 		out = append(out, fmt.Sprintf("endpoint %s resolves to %v (%v)", ep, addrs, err))
 	}
@@ -268,7 +262,7 @@ func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName st
 	// Both replicas answer Crossplane before the node dies: reconciles of
 	// the Database (an annotation changed) until each has served a call.
 	pods, _ := s.functionPods(ctx)
-	eventually(t, 3*time.Minute, "both replicas called by Crossplane", func() (bool, string) {
+	eventuallyExplained(t, 3*time.Minute, "both replicas called by Crossplane", func() (bool, string) {
 		u := d.get(t)
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"e2e.function-database/touch": time.Now().Format(time.RFC3339Nano)}}})
 		c, err := s.k.clientFor(u)
@@ -285,10 +279,7 @@ func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName st
 			seen = append(seen, fmt.Sprintf("%s on %s: %d calls (%v)", pods[i].Name, pods[i].Spec.NodeName, n, err))
 			all = all && err == nil && n > 0
 		}
-		if !all {
-			seen = append(seen, s.functionReach(ctx, pods))
-		}
 		return all, strings.Join(seen, "; ")
-	})
+	}, func() string { return s.functionReach(ctx, pods) })
 	s.primaryNodeDiesAs(t, "FunctionNodeDies", d, ns, db, writerName, where, 6*time.Minute)
 }

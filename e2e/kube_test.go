@@ -262,9 +262,19 @@ func conditionsString(u *unstructured.Unstructured) string {
 // timeout with what and the last state check described.
 func eventually(t testing.TB, timeout time.Duration, what string, check func() (bool, string)) {
 	t.Helper()
+	eventuallyExplained(t, timeout, what, check, nil)
+}
+
+// eventuallyExplained is eventually, and on a timeout it adds what explain
+// says: a diagnosis too slow or too noisy to run on every poll.
+func eventuallyExplained(t testing.TB, timeout time.Duration, what string, check func() (bool, string), explain func() string) {
+	t.Helper()
 	t0 := time.Now()
 	if !poll(timeout, check) {
 		_, last := check()
+		if explain != nil {
+			last += "; " + explain()
+		}
 		t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
 	}
 	if d := time.Since(t0); d > 5*time.Second {

@@ -806,13 +806,19 @@ func (n *node) startDNS(ctx context.Context) error {
 		return err
 	}
 	// The API server's own Service resolves: the plugin has synced.
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
-	}}
+	r := clusterResolver()
 	return retry(ctx, 30*time.Second, func() error {
 		_, err := r.LookupHost(ctx, "kubernetes.default.svc.cluster.local")
 		return err
 	})
+}
+
+// clusterResolver asks the node's CoreDNS, as pods (and Crossplane core,
+// functionInPod) do; the rest of the machine keeps its own resolver.
+func clusterResolver() *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
+	}}
 }
 
 // startRouter runs kube-router's NetworkPolicy firewall only (iptables and

@@ -28,8 +28,8 @@ echo "e2e: tools ready in $((SECONDS - start)) s"
 cd "$root/e2e"
 export E2E_SKIP_TOOLS=1 # just built above
 # 80 minutes: the whole suite took 45-50 minutes on the machines of
-# sessions 18-21 and about 73 on the one of session 22 (pods start about
-# twice as slowly there; every scenario passed), which a 70-minute timeout
+# sessions 18-21 and about 73 on the one of session 22 (process creation is slow
+# there, 3.3 ms a fork and exec; every scenario passed), which a 70-minute timeout
 # cut off in TestOperate. CI's own limit (90 minutes for .ci/run) stays the
 # bound that matters.
 go test -tags e2e -count=1 -timeout 80m -v "$@" ./...
