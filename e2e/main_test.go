@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +41,7 @@ type suite struct {
 
 	mu        sync.Mutex
 	durations []string
+	running   map[string]time.Time // steps under way, by full name: the watchdog names them
 }
 
 var env *suite
@@ -88,14 +91,76 @@ func mainE2E(m *testing.M) int {
 	}
 	logf("setup done in %s", time.Since(t0).Round(time.Millisecond))
 	t1 := time.Now()
+	stopWatchdog := s.watchdog(watchdogMargin)
 	code = m.Run()
+	stopWatchdog()
 	logf("tests done in %s (setup %s)", time.Since(t1).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond))
+	s.printDurations()
+	return code
+}
+
+func (s *suite) printDurations() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.durations) > 0 {
 		logf("scenario durations:\n  %s", strings.Join(s.durations, "\n  "))
 	}
-	s.mu.Unlock()
-	return code
+}
+
+// watchdogMargin is how long before go test's -timeout the watchdog tears
+// the suite down: printing the components' logs and stopping a cluster with
+// real nodes (unmounting their pods' volumes) takes about a minute here.
+const watchdogMargin = 3 * time.Minute
+
+// watchdog tears the suite down margin before go test's -timeout would end
+// it, and exits with a failure. go test's own timeout panics in the test
+// binary, which runs no deferred cleanup: the real node's processes and
+// mounts stayed behind (37 mounts in session 22) and no component's log was
+// printed to say why the run was slow. It returns the function that
+// disarms it; without a timeout it does nothing.
+func (s *suite) watchdog(margin time.Duration) (disarm func()) {
+	// The testing flags are parsed by m.Run unless TestMain parses them
+	// first: read before, -test.timeout would be its default, none.
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return func() {}
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return func() {}
+	}
+	timeout, ok := g.Get().(time.Duration)
+	if !ok || timeout <= 2*margin {
+		return func() {}
+	}
+	timer := time.AfterFunc(timeout-margin, func() {
+		logf("WATCHDOG: go test's -timeout %s ends in %s; tearing the suite down now. Steps under way: %s", timeout, margin, s.runningSteps())
+		s.printDurations()
+		s.dumpLogs(40)
+		s.stop()
+		logf("kept %s (logs in %s)", s.dir, filepath.Join(s.dir, "logs"))
+		fmt.Println("FAIL: the e2e suite ran out of time")
+		os.Exit(1)
+	})
+	return func() { timer.Stop() }
+}
+
+// runningSteps names the steps under way and how long each has run.
+func (s *suite) runningSteps() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.running) == 0 {
+		return "none (between steps, or in a test without steps)"
+	}
+	var names []string
+	for n, t0 := range s.running {
+		names = append(names, fmt.Sprintf("%s (for %s)", n, time.Since(t0).Round(time.Second)))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
 }
 
 func (s *suite) setup(ctx context.Context) error {
@@ -461,6 +526,17 @@ func (s *suite) step(t *testing.T, name string, f func(t *testing.T)) bool {
 	ran := false
 	ok := t.Run(name, func(t *testing.T) {
 		ran = true
+		s.mu.Lock()
+		if s.running == nil {
+			s.running = map[string]time.Time{}
+		}
+		s.running[t.Name()] = t0
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.running, t.Name())
+			s.mu.Unlock()
+		}()
 		defer func() { t.Logf("%s took %s", name, time.Since(t0).Round(time.Millisecond)) }()
 		defer s.checkResponsive(t)
 		f(t)
