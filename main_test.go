@@ -217,7 +217,11 @@ func TestServeConcurrently(t *testing.T) {
 		conns[i] = dial(t, addr, insecure.NewCredentials())
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
+	// A bound for a hang only, not a speed limit: under -race, beside the
+	// e2e suite on two cores (hack/test.sh runs them together), the 240
+	// calls ran at 9 a second and a 50-second bound failed them. Speed is
+	// measured by the benchmarks and cmd/loadtest, never by a deadline here.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	want := make([]*fnv1.RunFunctionResponse, len(reqs))
 	for i, r := range reqs {
