@@ -240,7 +240,11 @@ func TestStandbyCannotReplicate(t *testing.T) {
 	root := newRoot(t, tl)
 	c := newCluster(t, tl, root, "stale")
 	p, s := c.instance(0), c.instance(1)
-	s.extra = []string{"READY_GRACE_SECONDS=3"}
+	// The grace has to outlast stopping the primary and one probe: 3 s did
+	// not under -race beside the e2e suite (hack/test.sh runs them
+	// together), where the probe right after the stop found the standby
+	// silent "for more than 3s". Each wait for not-ready costs the grace.
+	s.extra = []string{"READY_GRACE_SECONDS=10"}
 	p.start(t)
 	p.waitReady(t, 120*time.Second)
 	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY); INSERT INTO t VALUES (1)")
