@@ -8,10 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +45,9 @@ type suite struct {
 	mu        sync.Mutex
 	durations []string
 	running   map[string]time.Time // steps under way, by full name: the watchdog names them
+
+	stopOnce sync.Once
+	ending   atomic.Bool // the watchdog is tearing down (and exits)
 }
 
 var env *suite
@@ -71,10 +77,18 @@ func mainE2E(m *testing.M) int {
 	logf("temporary folder %s", dir)
 
 	t0 := time.Now()
+	// From the start: go test ends the binary at its start + -timeout (+1
+	// minute), whatever the set-up took; and an interrupted run (SIGINT,
+	// SIGTERM: hack/test.sh passes one on) tears down the same way.
+	disarm := s.watchdog(t0, watchdogMargin)
+	defer disarm()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	code := 1
 	defer func() {
+		if s.ending.Load() {
+			return // the watchdog or a signal is tearing down, and exits
+		}
 		if code != 0 {
 			s.dumpLogs(40)
 		}
@@ -91,9 +105,7 @@ func mainE2E(m *testing.M) int {
 	}
 	logf("setup done in %s", time.Since(t0).Round(time.Millisecond))
 	t1 := time.Now()
-	stopWatchdog := s.watchdog(watchdogMargin)
 	code = m.Run()
-	stopWatchdog()
 	logf("tests done in %s (setup %s)", time.Since(t1).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond))
 	s.printDurations()
 	return code
@@ -113,39 +125,63 @@ func (s *suite) printDurations() {
 const watchdogMargin = 3 * time.Minute
 
 // watchdog tears the suite down margin before go test's -timeout would end
-// it, and exits with a failure. go test's own timeout panics in the test
-// binary, which runs no deferred cleanup: the real node's processes and
-// mounts stayed behind (37 mounts in session 22) and no component's log was
-// printed to say why the run was slow. It returns the function that
-// disarms it; without a timeout it does nothing.
-func (s *suite) watchdog(margin time.Duration) (disarm func()) {
+// it (counted from start, the binary's start: go test's own kill counts
+// from there), or when the process is told to stop (SIGINT, SIGTERM), and
+// exits with a failure. go test's timeout panics in the test binary, or
+// kills it, and a signal kills it: neither runs deferred cleanup, so the
+// real node's processes and mounts stayed behind (37 mounts in session 22)
+// and no component's log was printed to say why. It returns the function
+// that disarms it.
+func (s *suite) watchdog(start time.Time, margin time.Duration) (disarm func()) {
 	// The testing flags are parsed by m.Run unless TestMain parses them
 	// first: read before, -test.timeout would be its default, none.
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	f := flag.Lookup("test.timeout")
-	if f == nil {
-		return func() {}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	var expired <-chan time.Time
+	var timeout time.Duration
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			timeout, _ = g.Get().(time.Duration)
+		}
 	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return func() {}
+	var timer *time.Timer
+	if timeout > 2*margin {
+		timer = time.NewTimer(time.Until(start.Add(timeout - margin)))
+		expired = timer.C
 	}
-	timeout, ok := g.Get().(time.Duration)
-	if !ok || timeout <= 2*margin {
-		return func() {}
-	}
-	timer := time.AfterFunc(timeout-margin, func() {
-		logf("WATCHDOG: go test's -timeout %s ends in %s; tearing the suite down now. Steps under way: %s", timeout, margin, s.runningSteps())
+	go func() {
+		var why string
+		select {
+		case <-done:
+			return
+		case sig := <-sigs:
+			why = fmt.Sprintf("%s received", sig)
+		case <-expired:
+			why = fmt.Sprintf("go test's -timeout %s ends in %s", timeout, margin)
+		}
+		s.ending.Store(true)
+		logf("WATCHDOG: %s; tearing the suite down now. Steps under way: %s", why, s.runningSteps())
 		s.printDurations()
 		s.dumpLogs(40)
 		s.stop()
 		logf("kept %s (logs in %s)", s.dir, filepath.Join(s.dir, "logs"))
-		fmt.Println("FAIL: the e2e suite ran out of time")
+		fmt.Println("FAIL: the e2e suite was stopped: " + why)
 		os.Exit(1)
-	})
-	return func() { timer.Stop() }
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			if timer != nil {
+				timer.Stop()
+			}
+			close(done)
+		})
+	}
 }
 
 // runningSteps names the steps under way and how long each has run.
@@ -487,18 +523,22 @@ func (s *suite) procs() []*proc {
 	return ps
 }
 
+// stop stops everything the suite started, once: the watchdog and the
+// normal end may both call it (a second registry stop would wait forever).
 func (s *suite) stop() {
-	if s.xp != nil {
-		s.xp.stop()
-	}
-	s.reg.stop()
-	s.stopPool()
-	if s.node != nil {
-		s.node.stop()
-	}
-	if s.cl != nil {
-		s.cl.stop()
-	}
+	s.stopOnce.Do(func() {
+		if s.xp != nil {
+			s.xp.stop()
+		}
+		s.reg.stop()
+		s.stopPool()
+		if s.node != nil {
+			s.node.stop()
+		}
+		if s.cl != nil {
+			s.cl.stop()
+		}
+	})
 }
 
 // dumpLogs prints the last n lines of every component's log.

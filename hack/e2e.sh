@@ -6,7 +6,7 @@
 # serving TLS on 127.0.0.1 and installed by core's package manager from a
 # Configuration, docs/packaging.md) and, for the real-node group, a kubelet +
 # containerd node running PostgreSQL in real pods (docs/real-node.md; root).
-# Called by .ci/run after the unit tests.
+# Called by .ci/run (hack/test.sh), beside the unit tests.
 #
 #   hack/e2e.sh                      run the suite (both groups)
 #   hack/e2e.sh -run TestRealNode    the real-node group alone
