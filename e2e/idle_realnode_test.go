@@ -43,8 +43,8 @@ func TestIdleCost(t *testing.T) {
 	window := 2 * time.Minute
 	if v := os.Getenv("E2E_IDLE_WINDOW"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("E2E_IDLE_WINDOW=%q: %v", v, err)
+		if err != nil || d < 10*time.Second {
+			t.Fatalf("E2E_IDLE_WINDOW=%q: want a duration of at least 10s (%v)", v, err)
 		}
 		window = d
 	}
@@ -58,9 +58,10 @@ func TestIdleCost(t *testing.T) {
 
 	var ds []database
 	for i := range count {
-		ds = append(ds, s.create(t, realDatabase(t, ns, fmt.Sprintf("idle-%d", i), "medium", nil)))
+		d := s.create(t, realDatabase(t, ns, fmt.Sprintf("idle-%d", i), "medium", nil))
+		t.Cleanup(func() { s.removeDatabases(t, d) })
+		ds = append(ds, d)
 	}
-	t.Cleanup(func() { s.removeDatabases(t, ds...) })
 	for _, d := range ds {
 		s.waitRealReady(t, d)
 	}
