@@ -126,12 +126,6 @@ set_state() {
 	fi
 }
 
-get_state() {
-	local state=none
-	[[ -r $STATE_FILE ]] && state=$(<"$STATE_FILE")
-	printf '%s\n' "${state:-none}"
-}
-
 # psql_set NAME VALUE: a psql meta-command line "\set NAME 'VALUE'" with VALUE
 # quoted for psql (backslash escapes, single quote doubled); meant for psql's
 # stdin, then used in SQL as :'NAME' (literal) or :"NAME" (identifier).

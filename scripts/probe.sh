@@ -19,7 +19,12 @@
 #          that the restarted container clones it. Not live either: a standby
 #          whose replay paused because the primary raised a setting above the
 #          standby's own (standby_needs_restart): the restart starts it with
-#          the primary's values (entrypoint.sh write_standby_floor).
+#          the primary's values (entrypoint.sh write_standby_floor); asked
+#          only once the readiness probe saw replay paused (PAUSED_FILE).
+#
+# Each probe costs a process start per client it runs (60-80 ms of CPU each
+# where process creation is slow, issue 26): ready runs one local psql (and,
+# on a primary, one per peer for the fence), live one pg_isready.
 #
 # Environment (the postgres container's): PGHOST (socket dir), PGPORT;
 # optional ADMIN_SECRET_DIR (its username is the role probes connect as, else
@@ -65,33 +70,40 @@ sql() {
 	timeout "${PROBE_QUERY_TIMEOUT:-3}" psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
 }
 
+# The readiness probe's one query (one connection: every psql costs a
+# process start and a backend fork, 60-80 ms of CPU where process creation
+# is slow, and the probe runs every 5 s in every instance): whether postgres
+# is in recovery, its WAL receiver's status, how far replay is behind what it
+# received, whether replay is paused, and on a primary the timeline it writes
+# (lib.sh SQL_ROLE's expression), for the fence.
+SQL_READY="SELECT pg_is_in_recovery(), coalesce(r.status, 'none'),
+		coalesce(pg_wal_lsn_diff(r.latest_end_lsn, pg_last_wal_replay_lsn())::bigint, -1),
+		CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END,
+		CASE WHEN pg_is_in_recovery() THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
+	FROM (SELECT 1) one LEFT JOIN pg_stat_wal_receiver r ON true"
+
+# When the readiness probe last saw this standby's replay paused; the
+# liveness probe asks why (standby_needs_restart) only then, instead of a
+# query every 4 s on every standby.
+PAUSED_FILE="$STATE_DIR/database-replay-paused"
+
 # standby_fresh: 0 for a primary, or a standby that replicated within the last
 # READY_GRACE_SECONDS. The grace is deliberate: a primary restarting for a
 # settings change or a minor roll (seconds) should not take every standby out
 # of the read Service at once; a primary gone longer, a dropped slot or a
 # primary of another cluster (the sidecar then has it cloned again) do. A new
 # container (entrypoint.sh removes the mark) is not ready until it has caught
-# up and streams once: a fresh clone never serves before.
+# up and streams once: a fresh clone never serves before. Reads the fields of
+# SQL_READY's row (recovery, status, lag, paused).
 standby_fresh() {
-	local row recovery status lag paused now last=0
-	# Not a standby (entrypoint.sh writes standby.signal on every standby):
-	# no query, so that a primary's log stays free of probes.
-	[[ -n ${PGDATA:-} && ! -f $PGDATA/standby.signal ]] && return 0
-	row=$(sql "SELECT pg_is_in_recovery(), coalesce(r.status, 'none'),
-			coalesce(pg_wal_lsn_diff(r.latest_end_lsn, pg_last_wal_replay_lsn())::bigint, -1),
-			CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END
-		FROM (SELECT 1) one LEFT JOIN pg_stat_wal_receiver r ON true") || {
-		echo "not ready: cannot query postgres" >&2
-		return 1
-	}
-	IFS='|' read -r recovery status lag paused <<<"$row"
+	local now last=0
 	[[ $recovery == t ]] || return 0
 	now=$(printf '%(%s)T' -1)
 	if [[ $status == streaming && $paused == 'not paused' ]] && ((lag >= 0 && lag <= READY_MAX_LAG_BYTES)); then
 		printf '%s\n' "$now" >"$STREAMED_FILE"
 		return 0
 	fi
-	[[ -r $STREAMED_FILE ]] && last=$(<"$STREAMED_FILE")
+	{ read -r last <"$STREAMED_FILE"; } 2>/dev/null || true
 	[[ $last =~ ^[0-9]+$ ]] || last=0
 	if ((last > 0 && now - last <= READY_GRACE_SECONDS)); then
 		echo "standby: WAL receiver $status, replay $paused, $lag bytes behind; ready for $((READY_GRACE_SECONDS - (now - last)))s more (grace)" >&2
@@ -132,14 +144,13 @@ named_standby() {
 # fenced: 0 when this instance is a primary and a peer is a primary on a
 # newer timeline (lib.sh newer_primary_peer); it then stops postgres
 # (immediate: a clean shutdown would let its clients write on), and the
-# restarted container rejoins as a standby (entrypoint.sh).
+# restarted container rejoins as a standby (entrypoint.sh). Reads SQL_READY's
+# recovery and timeline.
 fenced() {
-	local row newer
-	[[ -n ${PGDATA:-} && ! -f $PGDATA/standby.signal && -n ${SCRIPTS_DIR:-} ]] || return 1
-	row=$(sql "$SQL_ROLE") || return 1
-	[[ $row =~ ^t\|([0-9]+)$ ]] || return 1
-	newer=$(newer_primary_peer "${BASH_REMATCH[1]}") || return 1
-	echo "not ready: FENCED: $newer while this primary is on timeline ${BASH_REMATCH[1]}: a failover replaced it; stopping postgres" >&2
+	local newer
+	[[ -n ${PGDATA:-} && -n ${SCRIPTS_DIR:-} && $recovery == f && $timeline =~ ^[0-9]+$ ]] || return 1
+	newer=$(newer_primary_peer "$timeline") || return 1
+	echo "not ready: FENCED: $newer while this primary is on timeline $timeline: a failover replaced it; stopping postgres" >&2
 	pg_ctl -D "$PGDATA" -m immediate stop >/dev/null 2>&1 || true
 	return 0
 }
@@ -170,19 +181,26 @@ standby_needs_restart() {
 	return 1
 }
 
-state=$(get_state)
-rc=0
-pg_isready -q -t 3 -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres || rc=$?
+state=none
+{ read -r state <"$STATE_FILE"; } 2>/dev/null || true
 
 case $mode in
 ready)
 	if [[ $state != running ]]; then
-		echo "not ready: state $state" >&2
+		echo "not ready: state ${state:-none}" >&2
 		exit 1
 	fi
-	if ((rc != 0)); then
-		echo "not ready: postgres is not accepting connections (pg_isready exit $rc)" >&2
+	rc=0
+	row=$(sql "$SQL_READY") || rc=$?
+	if ((rc != 0)) || [[ -z $row ]]; then
+		echo "not ready: postgres is not accepting connections or cannot be queried (psql exit $rc)" >&2
 		exit 1
+	fi
+	IFS='|' read -r recovery status lag paused timeline <<<"$row"
+	if [[ $recovery == t && $paused != 'not paused' ]]; then
+		[[ -e $PAUSED_FILE ]] || : >"$PAUSED_FILE"
+	elif [[ -e $PAUSED_FILE ]]; then
+		rm -f "$PAUSED_FILE"
 	fi
 	standby_fresh || exit 1
 	! named_standby || exit 1
@@ -198,11 +216,15 @@ live)
 	fi
 	# pg_isready: 0 accepting, 1 rejecting (starting up / recovery), 2 no
 	# response, 3 no attempt.
+	rc=0
+	pg_isready -q -t 3 -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres || rc=$?
 	if ((rc > 1)); then
 		echo "not live: postgres does not answer (pg_isready exit $rc, state $state)" >&2
 		exit 1
 	fi
-	if ((rc == 0)) && standby_needs_restart; then
+	# Why replay paused is asked only once the readiness probe saw it
+	# paused (PAUSED_FILE): one query fewer every 4 s on every standby.
+	if ((rc == 0)) && [[ -e $PAUSED_FILE ]] && standby_needs_restart; then
 		exit 1
 	fi
 	;;

@@ -198,6 +198,10 @@ func TestStandbySettingsChange(t *testing.T) {
 		p.start(t)
 		p.waitReady(t, 60*time.Second)
 		waitFor(t, 60*time.Second, s.pod+" not live (replay paused on insufficient settings)", func() error {
+			// Both probes, as the kubelet runs them: the liveness probe
+			// asks why replay paused once the readiness probe saw it
+			// paused.
+			_ = s.probe("ready")
 			err := s.probe("live")
 			if err == nil {
 				return errors.New("live")

@@ -74,12 +74,29 @@ secret_files=(
 	"$APP_SECRET_DIR/password"
 )
 
-# secrets_checksum: one checksum over the secret files' content (sha256sum
-# reads the files itself: only their paths are arguments).
-secrets_checksum() {
-	local sums
-	sums=$(sha256sum "${secret_files[@]}" 2>/dev/null) || return 1
-	sha256sum <<<"$sums" | cut -d' ' -f1
+# secrets_read NAME: the secret files' content, each prefixed by its length,
+# into the variable NAME; 1 when one is not readable. Compared round after
+# round in memory (read, a builtin: no process), so that an idle sidecar
+# forks nothing to learn that nothing changed; a checksum is computed only
+# for the log line of an apply (secrets_sum).
+secrets_read() {
+	local -n _all=$1
+	local f c
+	_all=''
+	for f in "${secret_files[@]}"; do
+		[[ -r $f ]] || return 1
+		c=''
+		IFS= read -r -d '' c <"$f" || true
+		_all+="${#c}:$c;"
+	done
+}
+
+# secrets_sum CONTENT: the first 12 hex digits of CONTENT's sha256, for logs
+# (never the secrets themselves).
+secrets_sum() {
+	local s
+	s=$(sha256sum <<<"$1")
+	printf '%s\n' "${s:0:12}"
 }
 
 sync_sql() {
@@ -201,7 +218,7 @@ check_lost_slot() {
 	sync "$PGDATA"
 }
 
-# check_isolation SUPERUSER: on a primary, 1 once it found itself cut off
+# check_isolation AGE ADDRESSES: on a primary, 1 once it found itself cut off
 # from every peer and from the control plane, and stopped postgres. Cut
 # off: no standby replied over replication within ISOLATION_REPLY_SECONDS,
 # no peer answers a TCP connection at all (network_reaches_a_peer: a
@@ -224,19 +241,16 @@ check_lost_slot() {
 # Job's fence (21 s), and before its pod turns unready, which is what starts
 # a failover at all.
 check_isolation() {
-	local row age addrs=() a
+	local age=$1 list=$2 addrs=() a
 	[[ $ISOLATION_FENCE == on ]] || return 0
-	[[ -n $(peer_hosts) ]] || return 0
-	row=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$1" -d postgres \
-		-c "SELECT coalesce(min(extract(epoch FROM now() - reply_time))::int, -1) || '|' || coalesce(string_agg(DISTINCT host(client_addr), ' '), '') FROM pg_stat_replication" 2>/dev/null) || return 0
-	age=${row%%|*}
 	if [[ $age =~ ^[0-9]+$ ]] && ((age < ISOLATION_REPLY_SECONDS)); then
 		return 0
 	fi
+	[[ -n $(peer_hosts) ]] || return 0
 	# The standbys' own addresses too, as their replication connections
 	# came from: a name server down is no partition, and must not stop
 	# a primary whose standbys stream.
-	for a in ${row#*|}; do
+	for a in $list; do
 		[[ $a == *:* ]] && a="[$a]"
 		addrs+=("$a:$PGPORT")
 	done
@@ -273,8 +287,8 @@ say_once() {
 # sync_round: one round; 0 when the database matches the secrets (or there is
 # nothing to do), 1 when it should be tried again.
 sync_round() {
-	local sum su status in_recovery='' started key
-	sum=$(secrets_checksum) || {
+	local sum su status in_recovery='' started='' age=-1 replies='' key
+	secrets_read sum || {
 		say_once "secret files not readable yet"
 		return 1
 	}
@@ -282,11 +296,13 @@ sync_round() {
 	# The role is postgres's own answer, never the ordinal: after a
 	# failover the primary is any ordinal, and ordinal 0 may be a standby
 	# (deciding by "ordinal 0" left password edits unapplied after every
-	# failover, and ordinal 0 as a standby never checked its slot).
+	# failover, and ordinal 0 as a standby never checked its slot). The
+	# same query (one connection a round: each psql is a process start and
+	# a backend fork) answers check_isolation: the age of the standbys'
+	# last reply and their addresses (none on a standby).
 	if status=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres \
-		-c "SELECT pg_is_in_recovery(), pg_postmaster_start_time()" 2>/dev/null); then
-		in_recovery=${status%%|*}
-		started=${status#*|}
+		-c "SELECT pg_is_in_recovery(), pg_postmaster_start_time(), coalesce(min(extract(epoch FROM now() - reply_time))::int, -1), coalesce(string_agg(DISTINCT host(client_addr), ' '), '') FROM pg_stat_replication" 2>/dev/null); then
+		IFS='|' read -r in_recovery started age replies <<<"$status"
 	elif ((ordinal == $(current_primary))); then
 		say_once "postgres is not accepting connections yet; retrying every ${SYNC_INTERVAL}s"
 		return 1
@@ -312,7 +328,7 @@ sync_round() {
 		applied=$sum
 		return 0
 	fi
-	check_isolation "$su" || return 1
+	check_isolation "$age" "$replies" || return 1
 	archive_round
 	key="$sum|$started"
 	[[ $applied != "$key" ]] || return 0
@@ -322,7 +338,7 @@ sync_round() {
 	fi
 	applied=$key
 	waiting=''
-	log "passwords applied from the secrets (checksum ${sum:0:12}) for roles $APP_USER, replication and superuser"
+	log "passwords applied from the secrets (checksum $(secrets_sum "$sum")) for roles $APP_USER, replication and superuser"
 }
 
 # archive_round: on a primary whose Database archives to object storage
@@ -394,15 +410,16 @@ full_answer_failed() {
 # others): when its checksum differs from the one last loaded (or at the
 # sidecar's start), SELECT pg_reload_conf(). Until postgres answers, it tries
 # again next round.
-settings_loaded='' # checksum of the settings file last reloaded
+settings_loaded='' # content of the settings file last reloaded
 reload_settings() {
-	local sum su
-	sum=$(sha256sum "${SCRIPTS_DIR:-$here}/postgresql.conf" 2>/dev/null) || return 0
-	[[ $settings_loaded != "${sum%% *}" ]] || return 0
+	local conf='' su
+	[[ -r ${SCRIPTS_DIR:-$here}/postgresql.conf ]] || return 0
+	IFS= read -r -d '' conf <"${SCRIPTS_DIR:-$here}/postgresql.conf" || true
+	[[ $settings_loaded != "$conf" ]] || return 0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c "SELECT pg_reload_conf()" >/dev/null 2>&1 || return 1
-	[[ -z $settings_loaded ]] || log "settings file changed (checksum ${sum:0:12}): configuration reloaded"
-	settings_loaded=${sum%% *}
+	[[ -z $settings_loaded ]] || log "settings file changed (checksum $(secrets_sum "$conf")): configuration reloaded"
+	settings_loaded=$conf
 }
 
 round=0 # rounds done; the first one checks the slot
