@@ -281,7 +281,10 @@ remote_query() {
 # SQL_ROLE: "t|<timeline>" on a primary ("f|0" on a standby): the timeline
 # of the WAL a primary writes now (pg_control_checkpoint's lags a promotion
 # until the next checkpoint).
-SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END"
+# SQL_WAL_TIMELINE is that timeline's expression (a primary's only: it
+# fails in recovery), also in probe.sh's readiness query.
+SQL_WAL_TIMELINE="('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"
+SQL_ROLE="SELECT CASE WHEN pg_is_in_recovery() THEN 'f|0' ELSE 't|' || $SQL_WAL_TIMELINE END"
 
 # ISOLATION_MARKER (in PGDATA): a primary cut off from every peer stopped
 # itself (sync-passwords.sh check_isolation); entrypoint.sh starts it again

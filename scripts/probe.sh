@@ -70,16 +70,14 @@ sql() {
 	timeout "${PROBE_QUERY_TIMEOUT:-3}" psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$user" -d postgres -c "$1"
 }
 
-# The readiness probe's one query (one connection: every psql costs a
-# process start and a backend fork, 60-80 ms of CPU where process creation
-# is slow, and the probe runs every 5 s in every instance): whether postgres
-# is in recovery, its WAL receiver's status, how far replay is behind what it
-# received, whether replay is paused, and on a primary the timeline it writes
-# (lib.sh SQL_ROLE's expression), for the fence.
+# The readiness probe's one query (one connection, see above): whether
+# postgres is in recovery, its WAL receiver's status, how far replay is
+# behind what it received, whether replay is paused, and on a primary the
+# timeline it writes (lib.sh SQL_WAL_TIMELINE), for the fence.
 SQL_READY="SELECT pg_is_in_recovery(), coalesce(r.status, 'none'),
 		coalesce(pg_wal_lsn_diff(r.latest_end_lsn, pg_last_wal_replay_lsn())::bigint, -1),
 		CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END,
-		CASE WHEN pg_is_in_recovery() THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END
+		CASE WHEN pg_is_in_recovery() THEN 0 ELSE $SQL_WAL_TIMELINE END
 	FROM (SELECT 1) one LEFT JOIN pg_stat_wal_receiver r ON true"
 
 # When the readiness probe last saw this standby's replay paused; the

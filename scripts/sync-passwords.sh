@@ -78,7 +78,7 @@ secret_files=(
 # into the variable NAME; 1 when one is not readable. Compared round after
 # round in memory (read, a builtin: no process), so that an idle sidecar
 # forks nothing to learn that nothing changed; a checksum is computed only
-# for the log line of an apply (secrets_sum).
+# for the log line of an apply (short_sum).
 secrets_read() {
 	local -n _all=$1
 	local f c
@@ -91,9 +91,9 @@ secrets_read() {
 	done
 }
 
-# secrets_sum CONTENT: the first 12 hex digits of CONTENT's sha256, for logs
+# short_sum CONTENT: the first 12 hex digits of CONTENT's sha256, for logs
 # (never the secrets themselves).
-secrets_sum() {
+short_sum() {
 	local s
 	s=$(sha256sum <<<"$1")
 	printf '%s\n' "${s:0:12}"
@@ -338,7 +338,7 @@ sync_round() {
 	fi
 	applied=$key
 	waiting=''
-	log "passwords applied from the secrets (checksum $(secrets_sum "$sum")) for roles $APP_USER, replication and superuser"
+	log "passwords applied from the secrets (checksum $(short_sum "$sum")) for roles $APP_USER, replication and superuser"
 }
 
 # archive_round: on a primary whose Database archives to object storage
@@ -407,7 +407,7 @@ full_answer_failed() {
 # reload_settings: the function's postgresql.conf (in the scripts ConfigMap,
 # included last by database.conf) changes without a pod restart when only
 # settings PostgreSQL can reload changed (the pods' config hash covers the
-# others): when its checksum differs from the one last loaded (or at the
+# others): when its content differs from the one last loaded (or at the
 # sidecar's start), SELECT pg_reload_conf(). Until postgres answers, it tries
 # again next round.
 settings_loaded='' # content of the settings file last reloaded
@@ -418,7 +418,7 @@ reload_settings() {
 	[[ $settings_loaded != "$conf" ]] || return 0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c "SELECT pg_reload_conf()" >/dev/null 2>&1 || return 1
-	[[ -z $settings_loaded ]] || log "settings file changed (checksum $(secrets_sum "$conf")): configuration reloaded"
+	[[ -z $settings_loaded ]] || log "settings file changed (checksum $(short_sum "$conf")): configuration reloaded"
 	settings_loaded=$conf
 }
 
