@@ -39,10 +39,12 @@ import (
 // reports the writes lost without failing on them; a planned switchover
 // loses none.
 func TestFailover(t *testing.T) {
+	concurrent(t, laneNodeName) // beside TestBackups, then TestRealNode
 	s := env
-	s.realNode(t)
+	s.laneNode(t)
 	const ns, db, writerName = "failover-real", "ledger", "writer"
-	d := s.writtenDatabase(t, ns, db, writerName)
+	s.laneNamespace(t, ns)
+	d := s.writtenDatabaseWith(t, ns, laneComposition, db, writerName)
 
 	losses := []struct{ name, how, durability string }{
 		{"FrozenPrimary", "freeze", "sync"},
@@ -77,7 +79,11 @@ func TestFailover(t *testing.T) {
 		{"StandbyLostWithPrimary", "freeze-with-standby", "sync"},
 	}
 	for _, l := range losses {
-		if !s.step(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
+		run := s.step
+		if l.how == "freeze-core-down" {
+			run = s.stepAlone // Crossplane core down: every group's Databases wait
+		}
+		if !run(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
 			return
 		}
 	}
@@ -136,7 +142,18 @@ func TestFailover(t *testing.T) {
 func (s *suite) writtenDatabase(t *testing.T, ns, db, writerName string) database {
 	t.Helper()
 	s.realNamespace(t, ns)
-	d := s.create(t, realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"}))
+	return s.writtenDatabaseWith(t, ns, realComposition, db, writerName)
+}
+
+// writtenDatabaseWith is writtenDatabase in namespace ns (made by the
+// caller), composed by this Composition.
+func (s *suite) writtenDatabaseWith(t *testing.T, ns, composition, db, writerName string) database {
+	t.Helper()
+	u := realDatabase(t, ns, db, "large", map[string]any{"durability": "sync"})
+	if err := unstructured.SetNestedField(u.Object, composition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	d := s.create(t, u)
 	t.Cleanup(func() { s.removeDatabases(t, d) })
 	s.waitRealReady(t, d)
 	if got := str(d.get(t), "status", "primary"); got != db+"-0" {
@@ -315,6 +332,12 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		scenario: name, durability: checker.Durability(durability),
 		from: from, to: to, fault: lost, promoted: promoted, rejoin: rejoin, extra: extra,
 	}
+	if fc.durability == checker.Async {
+		fc.lossAfter = frozenLossAfter
+		if how == "partition" {
+			fc.lossAfter = partitionedLossAfter
+		}
+	}
 	if how == "partition" {
 		// The isolation fence stopped postgres, so its container exited;
 		// after the earlier scenarios' restarts of the same pod the
@@ -459,7 +482,9 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		}
 	}
 	if to == from {
-		fc.rejoin = ""
+		// No promotion seen: the primary's own flushed WAL has every write
+		// it acknowledged, whatever the durability.
+		fc.rejoin, fc.noLoss = "", moved.IsZero()
 	} else {
 		fc.promoted = moved
 		if r := str(d.get(t), "status", "failover", "last", "reason"); r != want {
@@ -575,7 +600,29 @@ type failoverCheck struct {
 	// rejoinWait, when set, bounds the wait for the old primary to stream
 	// again instead of realReady.
 	rejoinWait time.Duration
+	// lossAfter, when set (async), bounds the writes a failover may lose:
+	// each acknowledged at most asyncLagBound before the fault and at most
+	// lossAfter after it (what the old primary could still acknowledge).
+	lossAfter time.Duration
 }
+
+// asyncLagBound: under async a failover loses what the promoted standby had
+// not received. The Job promotes only a standby that was streaming (ready)
+// when it was composed, which at the writer's five writes a second is a
+// fraction of a second behind; a write lost that was acknowledged more than
+// this before the fault means a standby far behind was promoted.
+const asyncLagBound = 5 * time.Second
+
+// Bounds of lossAfter: a frozen primary acknowledges nothing once its
+// processes stop (an answer already on its way: well under a second); a
+// partitioned one acknowledges the writer's writes until its sidecar's
+// isolation fence stops it, at most 14 s after the partition
+// (docs/failover.md), given here 6 s more for the sidecar's rounds on a
+// loaded machine.
+const (
+	frozenLossAfter      = 2 * time.Second
+	partitionedLossAfter = 20 * time.Second
+)
 
 // rtoGoal is the liveness goal (S6): with a healthy qualifying
 // standby, writes acknowledged again through N within 30 s of the loss. It
@@ -656,6 +703,9 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 	}
 	if c.durability == checker.Async && len(r.Lost) > 0 {
 		t.Logf("%d acknowledged writes lost with durability async: %v", len(r.Lost), r.Lost[:min(len(r.Lost), 20)])
+		if c.lossAfter > 0 {
+			checkLossWindow(t, attempts, r.Lost, c.fault, c.lossAfter)
+		}
 	}
 	if err := r.Err(); err != nil {
 		t.Error(err)
@@ -664,6 +714,37 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 		t.Errorf("%s: %d acknowledged writes lost (none may be, whatever the durability): %v", c.scenario, len(r.Lost), r.Lost[:min(len(r.Lost), 20)])
 	}
 	return r
+}
+
+// checkLossWindow fails when a write lost under async was acknowledged
+// outside [fault - asyncLagBound, fault + after]: by a standby far behind, or
+// by an old primary that went on acknowledging longer than its fence allows.
+func checkLossWindow(t *testing.T, attempts []checker.Attempt, lost []int64, fault time.Time, after time.Duration) {
+	t.Helper()
+	var first, last time.Time
+	for _, a := range attempts {
+		ack, ok := a.Ack()
+		if !ok || !slices.Contains(lost, a.ID) {
+			continue
+		}
+		if first.IsZero() || ack.At.Before(first) {
+			first = ack.At
+		}
+		if ack.At.After(last) {
+			last = ack.At
+		}
+	}
+	if first.IsZero() {
+		return
+	}
+	t.Logf("the lost writes were acknowledged from %s to %s after the fault (bounds -%s, %s)",
+		first.Sub(fault).Round(100*time.Millisecond), last.Sub(fault).Round(100*time.Millisecond), asyncLagBound, after)
+	if first.Before(fault.Add(-asyncLagBound)) {
+		t.Errorf("a write acknowledged %s before the fault was lost: the promoted standby was more than %s behind", fault.Sub(first).Round(100*time.Millisecond), asyncLagBound)
+	}
+	if last.After(fault.Add(after)) {
+		t.Errorf("a write acknowledged %s after the fault was lost: the old primary acknowledged writes longer than %s", last.Sub(fault).Round(100*time.Millisecond), after)
+	}
 }
 
 // duration is d rounded for a log, "unknown" when the checker could not

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,12 @@ type suite struct {
 	mu        sync.Mutex
 	durations []string
 	running   map[string]time.Time // steps under way, by full name: the watchdog names them
+	// lanes are the real nodes of the groups that run beside the first
+	// node's (lanes_realnode_test.go); guarded by mu.
+	lanes []*node
+	// stepLock: the top-level tests' steps hold it shared, a step that must
+	// run alone (stepAlone) exclusively.
+	stepLock sync.RWMutex
 
 	stopOnce sync.Once
 	ending   atomic.Bool // the watchdog is tearing down (and exits)
@@ -516,7 +523,7 @@ func (s *suite) procs() []*proc {
 		ps = append(ps, s.node.procs()...)
 	}
 	s.mu.Lock()
-	for _, n := range s.pool {
+	for _, n := range slices.Concat(s.pool, s.lanes) {
 		if n != nil {
 			ps = append(ps, n.procs()...)
 		}
@@ -534,6 +541,7 @@ func (s *suite) stop() {
 		}
 		s.reg.stop()
 		s.stopPool()
+		s.stopLanes()
 		if s.node != nil {
 			s.node.stop()
 		}
@@ -564,6 +572,13 @@ func (s *suite) dumpLogs(n int) {
 
 // step runs one scenario as a subtest and logs how long it took.
 func (s *suite) step(t *testing.T, name string, f func(t *testing.T)) bool {
+	return s.runStep(t, name, false, f)
+}
+
+// runStep is step, run alone (stepAlone) or beside other groups' steps.
+func (s *suite) runStep(t *testing.T, name string, alone bool, f func(t *testing.T)) bool {
+	unlock := s.lockStep(t, name, alone)
+	defer unlock()
 	t0 := time.Now()
 	ran := false
 	ok := t.Run(name, func(t *testing.T) {

@@ -119,8 +119,9 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 	n := &node{
 		dir: filepath.Join(s.dir, "node"), bin: s.cl.bin, cl: s.cl,
 		name: realNodeName, labels: "type=real",
-		// The pool's nodes take from 10.88.128.0 up (poolNode).
-		rangeStart: "10.88.0.2", rangeEnd: "10.88.127.254",
+		// The lane's node takes 10.88.96.0 - 10.88.127.255 (laneNode),
+		// the pool's nodes from 10.88.128.0 up (poolNode).
+		rangeStart: "10.88.0.2", rangeEnd: "10.88.95.254",
 	}
 	t0 := time.Now()
 	if os.Geteuid() != 0 {

@@ -84,14 +84,8 @@ func (s *suite) startPool(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("pool: %v", err)
 	}
-	sc := &storagev1.StorageClass{
-		ObjectMeta:        metav1.ObjectMeta{Name: poolClass},
-		Provisioner:       provisionerName,
-		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
-		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
-	}
-	if _, err := s.k.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("StorageClass %s: %v", poolClass, err)
+	if err := s.ensurePoolClass(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if err := s.applyComposition(ctx, poolComposition, func(input map[string]any) {
 		delete(input, "spread") // the default: Required
@@ -103,17 +97,41 @@ func (s *suite) startPool(t *testing.T) {
 	t.Logf("pool: %d nodes Ready in %s", poolSize, time.Since(t0).Round(time.Millisecond))
 }
 
+// ensurePoolClass creates the StorageClass of the pool's and the lanes'
+// claims: the suite's provisioner, a volume on the node the scheduler picks.
+func (s *suite) ensurePoolClass(ctx context.Context) error {
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: poolClass},
+		Provisioner:       provisionerName,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+	if _, err := s.k.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("StorageClass %s: %w", poolClass, err)
+	}
+	return nil
+}
+
 // startPoolNode starts pool node i (1-based): containerd with the first
 // node's images, and a kubelet.
 func (s *suite) startPoolNode(ctx context.Context, i int) (*node, error) {
-	name := poolNode(i)
 	third := 128 + 32*(i-1) // 10.88.128.0 - 10.88.255.255, 32 /24s a node
+	return s.startExtraNode(ctx, poolNode(i),
+		fmt.Sprintf("%s=true,%s=%s", poolLabel, corev1.LabelTopologyZone, poolZone(i)),
+		fmt.Sprintf("10.88.%d.1", third), fmt.Sprintf("10.88.%d.254", third+31))
+}
+
+// startExtraNode starts a real node beside the first one (a pool node, a
+// lane): its own containerd with the first node's images, state, cgroup
+// root and pod address range (rangeStart-rangeEnd, on the shared bridge),
+// and a kubelet registering the node with these labels.
+func (s *suite) startExtraNode(ctx context.Context, name, labels, rangeStart, rangeEnd string) (*node, error) {
 	n := &node{
 		dir: filepath.Join(s.dir, "nodes", name), bin: s.cl.bin, cl: s.cl,
 		name:       name,
-		labels:     fmt.Sprintf("%s=true,%s=%s", poolLabel, corev1.LabelTopologyZone, poolZone(i)),
+		labels:     labels,
 		cgroupRoot: "/e2e-" + name,
-		rangeStart: fmt.Sprintf("10.88.%d.1", third), rangeEnd: fmt.Sprintf("10.88.%d.254", third+31),
+		rangeStart: rangeStart, rangeEnd: rangeEnd,
 		tars: s.node.tars,
 	}
 	if n.dir != filepath.Dir(s.cl.volumesOf(name)) {
@@ -137,7 +155,7 @@ func (s *suite) startPoolNode(ctx context.Context, i int) (*node, error) {
 	if err := n.startKubelet(ctx); err != nil {
 		return n, fmt.Errorf("node %s: %w", name, err)
 	}
-	logf("pool: %s Ready in %s", name, time.Since(t0).Round(time.Millisecond))
+	logf("node %s Ready in %s", name, time.Since(t0).Round(time.Millisecond))
 	return n, nil
 }
 

@@ -361,6 +361,7 @@ const checksums = `SELECT string_agg(format('%s:%s', c.relname, (xpath('/row/c/t
 // TestRealNode runs the Database on real pods. The scenarios share one
 // medium Database (orders in shop-real) and run in order.
 func TestRealNode(t *testing.T) {
+	concurrent(t, realNodeName) // beside TestFailover (on the lane's node)
 	s := env
 	s.realNode(t)
 	const ns, db, app = "shop-real", "orders", "app"

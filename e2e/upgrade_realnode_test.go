@@ -34,7 +34,9 @@ const pkgNext = "v0.2.0"
 // Then the Function goes back to A (a rollback), which rolls them again the
 // same way.
 //
-// It runs last (its file sorts last): every later reconcile is B's.
+// It runs alone (no group runs beside it: lanes_realnode_test.go), before
+// the groups that run two at a time; it ends on A again (Rollback), the
+// version they run on.
 func TestOperate(t *testing.T) {
 	s := env
 	s.step(t, "InstallVerbatim", s.installVerbatim)

@@ -1,0 +1,154 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Scenario groups that run beside each other (docs/developing.md, "The e2e
+// suite's schedule"). The suite's real-node scenarios mostly wait: on grace
+// periods, fences, promotions and pod starts; one group alone kept only
+// 55-70 % of this machine's two cores busy. So the longest groups run two at
+// a time: TestBackups and TestRealNode on the first real node, TestFailover
+// on a lane, a real node of its own (its large Database, writer and failover
+// Jobs need the CPU a node's scheduler would refuse beside the others'
+// requests). go test runs these after the tests that run alone (TestNodes
+// kills nodes, TestOperate upgrades the function, the kwok tests watch the
+// whole control plane), at most -parallel at once (hack/e2e.sh: 2).
+//
+// A step that disturbs what every group relies on (Crossplane core stopped:
+// TestFailover/CrossplaneDown) runs alone: stepAlone waits until the steps
+// of the other groups under way have ended, and holds theirs back until it
+// ends (stepLock).
+
+// concurrent marks t a group that runs beside the others, on node: the
+// first real node (realNodeName) or the lane's (laneNodeName). Two groups
+// never share a node: their Databases' CPU requests would not fit on one,
+// so the second waits for the first (go test may start TestRealNode while
+// TestBackups still runs, if TestFailover ends first).
+//
+// E2E_SERIAL=1 runs the groups one after the other (to tell a failure of a
+// scenario from one of running beside another).
+func concurrent(t *testing.T, node string) {
+	t.Helper()
+	if os.Getenv("E2E_SERIAL") == "" {
+		t.Parallel()
+	}
+	v, _ := nodeGroups.LoadOrStore(node, &sync.Mutex{})
+	mu := v.(*sync.Mutex)
+	t0 := time.Now()
+	mu.Lock()
+	t.Cleanup(mu.Unlock)
+	if d := time.Since(t0); d > time.Second {
+		logf("%s waited %s for node %s", t.Name(), d.Round(time.Second), node)
+	}
+}
+
+// nodeGroups holds a mutex per node: the group running there holds it.
+var nodeGroups sync.Map
+
+const (
+	laneLabel       = "e2e.function-database/lane"
+	laneNodeName    = "lane-node-1"
+	laneComposition = "database-lane"
+)
+
+var (
+	laneOnce sync.Once
+	laneErr  error
+)
+
+// laneNode starts the lane's node once for the suite (labelled laneLabel,
+// addresses 10.88.96.0 - 10.88.127.255 between the first node's and the
+// pool's), and the Composition of its Databases: realComposition with the
+// pool's StorageClass, whose volumes go to the node the scheduler picks. It
+// is stopped with the suite.
+func (s *suite) laneNode(t *testing.T) {
+	t.Helper()
+	s.realNode(t)
+	laneOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		n, err := s.startExtraNode(ctx, laneNodeName, laneLabel+"=true", "10.88.96.1", "10.88.127.254")
+		s.mu.Lock()
+		s.lanes = append(s.lanes, n)
+		s.mu.Unlock()
+		if err != nil {
+			laneErr = fmt.Errorf("lane node: %w", err)
+			return
+		}
+		if err := s.ensurePoolClass(ctx); err != nil {
+			laneErr = err
+			return
+		}
+		laneErr = s.applyComposition(ctx, laneComposition, func(input map[string]any) {
+			input["storageClassName"] = poolClass
+		})
+	})
+	if laneErr != nil {
+		t.Fatal(laneErr)
+	}
+}
+
+// laneNamespace makes a namespace whose pods go to the lane's node.
+func (s *suite) laneNamespace(t *testing.T, ns string) {
+	t.Helper()
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   ns,
+		Labels: map[string]string{realNamespaceLabel: "true"},
+		Annotations: map[string]string{
+			"scheduler.alpha.kubernetes.io/node-selector":      laneLabel + "=true",
+			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
+		},
+	}}
+	if _, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+}
+
+// stopLanes stops the lanes' nodes (with the suite).
+func (s *suite) stopLanes() {
+	s.mu.Lock()
+	lanes := s.lanes
+	s.lanes = nil
+	s.mu.Unlock()
+	for _, n := range lanes {
+		if n != nil {
+			n.stopPoolNode()
+		}
+	}
+}
+
+// stepAlone is step for a step no other group's step may run beside.
+func (s *suite) stepAlone(t *testing.T, name string, f func(t *testing.T)) bool {
+	return s.runStep(t, name, true, f)
+}
+
+// lockStep takes stepLock for step name of a top-level test (a step inside
+// a step runs under its parent's): shared, or alone. It returns the unlock.
+func (s *suite) lockStep(parent *testing.T, name string, alone bool) func() {
+	if strings.Contains(parent.Name(), "/") {
+		return func() {}
+	}
+	if alone {
+		t0 := time.Now()
+		s.stepLock.Lock()
+		if d := time.Since(t0); d > time.Second {
+			logf("%s/%s waited %s for the steps beside it to end", parent.Name(), name, d.Round(time.Second))
+		}
+		return s.stepLock.Unlock
+	}
+	s.stepLock.RLock()
+	return s.stepLock.RUnlock
+}
