@@ -245,7 +245,6 @@ func (s *suite) crossNamespace(t *testing.T, store *objectStore, src database, n
 }
 
 func TestBackups(t *testing.T) {
-	concurrent(t, realNodeName) // beside TestFailover (on the lane's node)
 	s := env
 	s.realNode(t)
 	store := s.objectStorage(t)

@@ -14,11 +14,10 @@
 //	cd e2e && go test -tags e2e -count=1 -timeout 86m -parallel 2 -v ./...
 //
 // or hack/e2e.sh from the repository root, which builds the tools first.
-// The tests that disturb the whole cluster (TestNodes kills nodes,
-// TestOperate upgrades the function) and the kwok tests run one after the
-// other; then TestFailover, on a real node of its own (a lane), runs beside
-// TestBackups and TestRealNode, which share the first real node one after
-// the other (lanes_realnode_test.go).
+// TestBackups, the kwok tests and the tests that disturb the whole cluster
+// (TestNodes kills nodes, TestOperate upgrades the function) run one after
+// the other; then TestFailover, on a real node of its own (a lane), runs
+// beside TestRealNode (lanes_realnode_test.go).
 // Environment: E2E_KEEP=1 keeps the temporary folder (logs, PKI, etcd data)
 // even when the suite passes; E2E_SKIP_TOOLS=1 skips calling the tool scripts
 // (binaries must already be in the cache); E2E_EXAMPLES=DIR uses another

@@ -39,7 +39,7 @@ import (
 // reports the writes lost without failing on them; a planned switchover
 // loses none.
 func TestFailover(t *testing.T) {
-	concurrent(t, laneNodeName) // beside TestBackups, then TestRealNode
+	concurrent(t, laneNodeName) // beside TestRealNode
 	s := env
 	s.laneNode(t)
 	const ns, db, writerName = "failover-real", "ledger", "writer"

@@ -19,13 +19,16 @@ import (
 // Scenario groups that run beside each other (docs/developing.md, "The e2e
 // suite's schedule"). The suite's real-node scenarios mostly wait: on grace
 // periods, fences, promotions and pod starts; one group alone kept only
-// 55-70 % of this machine's two cores busy. So the longest groups run two at
-// a time: TestBackups and TestRealNode on the first real node, TestFailover
-// on a lane, a real node of its own (its large Database, writer and failover
-// Jobs need the CPU a node's scheduler would refuse beside the others'
-// requests). go test runs these after the tests that run alone (TestNodes
-// kills nodes, TestOperate upgrades the function, the kwok tests watch the
-// whole control plane), at most -parallel at once (hack/e2e.sh: 2).
+// 55-70 % of this machine's two cores busy. So TestFailover, the longest,
+// runs on a lane, a real node of its own (its large Database, writer and
+// failover Jobs need the CPU a node's scheduler would refuse beside another
+// group's requests), beside TestRealNode on the first real node. go test
+// runs them after the tests that run one after the other: TestBackups
+// first (beside hack/test.sh's unit levels: it was measured robust under
+// that load), the kwok tests, TestNodes (kills and drains nodes: beside the
+// unit levels its switchover was retried four times, session 25) and
+// TestOperate (upgrades the function), at most -parallel at once
+// (hack/e2e.sh: 2).
 //
 // A step that disturbs what every group relies on (Crossplane core stopped:
 // TestFailover/CrossplaneDown) runs alone: stepAlone waits until the steps
@@ -35,8 +38,7 @@ import (
 // concurrent marks t a group that runs beside the others, on node: the
 // first real node (realNodeName) or the lane's (laneNodeName). Two groups
 // never share a node: their Databases' CPU requests would not fit on one,
-// so the second waits for the first (go test may start TestRealNode while
-// TestBackups still runs, if TestFailover ends first).
+// so a second group on a node waits for the first.
 //
 // E2E_SERIAL=1 runs the groups one after the other (to tell a failure of a
 // scenario from one of running beside another).
