@@ -16,15 +16,15 @@
 // or hack/e2e.sh from the repository root, which builds the tools first.
 // TestBackups, the kwok tests and the tests that disturb the whole cluster
 // (TestNodes kills nodes, TestOperate upgrades the function) run one after
-// the other; then TestFailover, on a real node of its own (a lane), runs
-// beside TestRealNode (lanes_realnode_test.go).
+// the other; then TestFailover, on a real node of its own (a lane), and
+// TestRealNode (lanes_realnode_test.go).
 // Environment: E2E_KEEP=1 keeps the temporary folder (logs, PKI, etcd data)
 // even when the suite passes; E2E_SKIP_TOOLS=1 skips calling the tool scripts
 // (binaries must already be in the cache); E2E_EXAMPLES=DIR uses another
 // folder laid out like example/ (rbac.yaml, xrd.yaml, composition.yaml,
 // xr.yaml, legacy/{xrd,composition,claim}.yaml); the Configuration is built
-// from its xrd.yaml and composition.yaml; E2E_SERIAL=1 runs the groups
-// that run beside each other one after the other.
+// from its xrd.yaml and composition.yaml; E2E_PARALLEL=1 runs TestFailover
+// beside TestRealNode (too much for two cores: lanes_realnode_test.go).
 //
 // Crossplane core and its RBAC manager run as the ServiceAccounts of
 // Crossplane's Helm chart (tokens from the TokenRequest API), with the

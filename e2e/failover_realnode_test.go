@@ -39,7 +39,7 @@ import (
 // reports the writes lost without failing on them; a planned switchover
 // loses none.
 func TestFailover(t *testing.T) {
-	concurrent(t, laneNodeName) // beside TestRealNode
+	concurrent(t, laneNodeName) // beside TestRealNode with E2E_PARALLEL=1
 	s := env
 	s.laneNode(t)
 	const ns, db, writerName = "failover-real", "ledger", "writer"

@@ -401,18 +401,7 @@ func (n *node) stopPoolNode() {
 
 // poolNamespace makes a namespace whose pods go to the pool's nodes.
 func (s *suite) poolNamespace(t *testing.T, ns string) {
-	t.Helper()
-	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   ns,
-		Labels: map[string]string{realNamespaceLabel: "true"},
-		Annotations: map[string]string{
-			"scheduler.alpha.kubernetes.io/node-selector":      poolLabel + "=true",
-			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
-		},
-	}}
-	if _, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
+	s.nodeNamespace(t, ns, poolLabel+"=true")
 }
 
 // poolNodeNamed is the pool's node of this name, nil if none.

@@ -127,12 +127,19 @@ func (s *suite) realComposition(name string, edit func(input map[string]any)) (*
 
 // realNamespace makes a namespace whose pods go to the real node.
 func (s *suite) realNamespace(t *testing.T, ns string) {
+	s.nodeNamespace(t, ns, "type=real")
+}
+
+// nodeNamespace makes a namespace whose pods go to the real nodes with this
+// label (node-selector "key=value"), tolerating their taint; the volume
+// provisioner gives its claims real folders.
+func (s *suite) nodeNamespace(t *testing.T, ns, selector string) {
 	t.Helper()
 	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
 		Labels: map[string]string{realNamespaceLabel: "true"},
 		Annotations: map[string]string{
-			"scheduler.alpha.kubernetes.io/node-selector":      "type=real",
+			"scheduler.alpha.kubernetes.io/node-selector":      selector,
 			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
 		},
 	}}
@@ -361,7 +368,7 @@ const checksums = `SELECT string_agg(format('%s:%s', c.relname, (xpath('/row/c/t
 // TestRealNode runs the Database on real pods. The scenarios share one
 // medium Database (orders in shop-real) and run in order.
 func TestRealNode(t *testing.T) {
-	concurrent(t, realNodeName) // beside TestFailover (on the lane's node)
+	concurrent(t, realNodeName) // beside TestFailover (on the lane's node) with E2E_PARALLEL=1
 	s := env
 	s.realNode(t)
 	const ns, db, app = "shop-real", "orders", "app"

@@ -34,9 +34,9 @@ const pkgNext = "v0.2.0"
 // Then the Function goes back to A (a rollback), which rolls them again the
 // same way.
 //
-// It runs alone (no group runs beside it: lanes_realnode_test.go), before
-// the groups that run two at a time; it ends on A again (Rollback), the
-// version they run on.
+// It runs alone (no group runs beside it: lanes_realnode_test.go), last
+// (with E2E_PARALLEL=1, before the groups that run two at a time); it ends
+// on A again (Rollback), the version the tests after it run on.
 func TestOperate(t *testing.T) {
 	s := env
 	s.step(t, "InstallVerbatim", s.installVerbatim)

@@ -33,8 +33,9 @@ export E2E_SKIP_TOOLS=1 # just built above
 # 70-minute timeout cut off in TestOperate. hack/test.sh starts it first, so
 # CI's own limit (90 minutes for .ci/run) is the bound that matters; the
 # suite's watchdog tears it down 3 minutes before this one, with its logs.
-# -parallel 2: the groups that run beside each other (e2e/doc.go), two at a
-# time whatever the machine's cores (the nodes' CPU requests fit two).
+# -parallel 2: with E2E_PARALLEL=1, the groups that run beside each other
+# (e2e/doc.go), two at a time whatever the machine's cores (the nodes' CPU
+# requests fit two); by default they run one after the other.
 # The suite's own package alone, so that go test streams its output (for
 # several packages it holds each one's until it ends: a run cut off by CI
 # showed nothing); its helpers' unit tests first.
