@@ -21,7 +21,7 @@ import (
 // (at most -parallel at once, hack/e2e.sh: 2): the suite mostly waits, but
 // on this two-core machine the two groups' six instances, two writers and
 // the control plane starved the instances' liveness probes (12 s without
-// an answer, the fence's bound): CI of session 24's schedule saw all three
+// an answer, the fence's bound): CI of session 25's schedule saw all three
 // of TestFailover's instances killed and crash-looping for five minutes
 // after FrozenPrimary (nothing lost), TestRealNode/SizeChange took 8m36s
 // instead of 4m, and the run saved no time. Kept for a machine with more
