@@ -46,23 +46,28 @@ func TestFailover(t *testing.T) {
 	s.laneNamespace(t, ns)
 	d := s.writtenDatabaseWith(t, ns, laneComposition, db, writerName)
 
-	losses := []struct{ name, how, durability string }{
-		{"FrozenPrimary", "freeze", "sync"},
-		{"EmptiedVolume", "empty", "sync"},
-		{"FrozenAgain", "freeze", "sync"},
+	// also: a scenario only the full matrix runs (fullMatrix), and what
+	// proves its property in every run.
+	losses := []struct{ name, how, durability, also string }{
+		{"FrozenPrimary", "freeze", "sync", ""},
+		{"EmptiedVolume", "empty", "sync", ""},
+		// A second failover of the same Database: CrossplaneDown is one
+		// too, and scripts' TestFailoverRefusesOldTimeline and the
+		// function's TestFailoverOutcomeOldTimeline hold reproduction 4.
+		{"FrozenAgain", "freeze", "sync", "CrossplaneDown (a second failover), TestFailoverRefusesOldTimeline"},
 		// Crossplane core stops once the failover Job exists, for 45 s:
 		// the Job promotes, nothing moves the rw Service meanwhile (writes
 		// fail, none lands twice), and core finishes the failover when it
 		// is back.
-		{"CrossplaneDown", "freeze-core-down", "sync"},
+		{"CrossplaneDown", "freeze-core-down", "sync", ""},
 		// A session on the primary's own socket holds a transaction open
 		// (BEGIN; INSERT) across the freeze and sends COMMIT once the
 		// standby is promoted and the old primary resumes: the Job
 		// detached every other standby from it before the promotion, so
 		// its synchronous commit has none to acknowledge it and must not
 		// return.
-		{"SessionOpenAcrossFreeze", "freeze-session", "sync"},
-		{"FrozenAsync", "freeze", "async"},
+		{"SessionOpenAcrossFreeze", "freeze-session", "sync", ""},
+		{"FrozenAsync", "freeze", "async", ""},
 		// The primary's pod cut off from its peers, the API server and the
 		// failover Job, not from the writer (iptables in its network
 		// namespace): its kubelet's probes, inside the pod, see nothing
@@ -72,18 +77,21 @@ func TestFailover(t *testing.T) {
 		// control plane would). With async, a primary left running would
 		// acknowledge the writer's writes on a timeline the promoted
 		// standby never sees.
-		{"PartitionedAsync", "partition", "async"},
+		{"PartitionedAsync", "partition", "async", ""},
 		// A standby frozen with the primary: with sync any standby may hold
 		// the last acknowledged commits, so the Job holds (Failover
 		// Held) until that standby answers again, then promotes.
-		{"StandbyLostWithPrimary", "freeze-with-standby", "sync"},
+		{"StandbyLostWithPrimary", "freeze-with-standby", "sync", "scripts' TestFailoverSyncHoldsWithoutEveryStandby (real PostgreSQL servers)"},
 	}
 	for _, l := range losses {
 		run := s.step
 		if l.how == "freeze-core-down" {
 			run = s.stepAlone // Crossplane core down: every group's Databases wait
 		}
-		if !run(t, l.name, func(t *testing.T) { s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
+		if !run(t, l.name, func(t *testing.T) {
+			fullMatrix(t, l.also)
+			s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability)
+		}) {
 			return
 		}
 	}
@@ -91,35 +99,38 @@ func TestFailover(t *testing.T) {
 	// or not (the Job ends not-needed when the primary answers first);
 	// either way nothing acknowledged is lost (sync) and no deposed primary
 	// acknowledges anything.
-	disturbances := []struct{ name, how, durability string }{
+	disturbances := []struct{ name, how, durability, also string }{
 		// Every postgres process killed: the kubelet restarts the
 		// container, crash recovery, the same primary.
-		{"KilledPostmaster", "kill", "sync"},
+		{"KilledPostmaster", "kill", "sync", ""},
 		// Every instance's pod deleted at once, with the primary at
 		// whatever ordinal the failovers left it (OrderedReady once never
 		// created the primary's pod while ordinal 0, a standby, was not
 		// ready).
-		{"FullRestart", "delete-all", "sync"},
+		{"FullRestart", "delete-all", "sync", ""},
 		// The primary's pod deleted (graceful): its preStop hook holds it
 		// while the function switches over to a standby (PrimaryStopping).
-		{"PrimaryPodDeleted", "delete-primary", "sync"},
+		{"PrimaryPodDeleted", "delete-primary", "sync", "TestNodes/DrainPrimary (with the checker), TestRealNode/PrimaryPodDeleted"},
 		// The primary partitioned from the API server only, async: the
 		// isolation fence's witness lost while every peer answers is no
 		// partition; nothing may happen.
-		{"APIServerCutOff", "witness-lost", "async"},
+		{"APIServerCutOff", "witness-lost", "async", ""},
 		// Key primary of the scripts ConfigMap edited to a standby's
 		// ordinal, async: the Job must find the live primary, not promote
 		// past it.
-		{"KeyEdited", "key-edited", "async"},
+		{"KeyEdited", "key-edited", "async", "RecordsDeleted (no record names the live primary), scripts' TestPrimaryRefusesStandbyData"},
 		// Every record of who is primary deleted at once (the XR's
 		// status.primary and status.failover, the scripts ConfigMap), with
 		// the primary away from ordinal 0: the function names ordinal 0
 		// again, a standby, and the failover Job must find the live primary
 		// rather than promote.
-		{"RecordsDeleted", "records-deleted", "sync"},
+		{"RecordsDeleted", "records-deleted", "sync", ""},
 	}
 	for _, l := range disturbances {
-		if !s.step(t, l.name, func(t *testing.T) { s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability) }) {
+		if !s.step(t, l.name, func(t *testing.T) {
+			fullMatrix(t, l.also)
+			s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability)
+		}) {
 			return
 		}
 	}
@@ -132,6 +143,7 @@ func TestFailover(t *testing.T) {
 	// take (writes the interim primary acknowledged would count as a
 	// deposed primary's).
 	s.step(t, "SupervisedRoll", func(t *testing.T) {
+		fullMatrix(t, "TestOperate/UpgradeFleet (a roll of every Database, with the checker), TestRealNode/MinorRoll")
 		s.supervisedRoll(t, d, ns, db, writerName, `{"spec":{"version":"15.1","primary":null}}`, postgresMinor)
 	})
 }

@@ -139,3 +139,16 @@ func (s *suite) lockStep(parent *testing.T, name string, alone bool) func() {
 	s.stepLock.RLock()
 	return s.stepLock.RUnlock
 }
+
+// fullMatrix skips t unless E2E_FULL=1, when also (not empty) names what
+// proves t's property in every run. The full matrix is for a session's
+// rehearsal, not for CI: on two cores the whole suite outgrew CI's 90
+// minutes (about 99 minutes measured in session 26), so scenarios another
+// one covers run only there (docs/developing.md, "The e2e suite's
+// schedule").
+func fullMatrix(t *testing.T, also string) {
+	t.Helper()
+	if also != "" && os.Getenv("E2E_FULL") != "1" {
+		t.Skipf("in the full matrix only (E2E_FULL=1); every run proves its property with %s", also)
+	}
+}

@@ -365,11 +365,70 @@ func (s *suite) install(ctx context.Context) error {
 	for {
 		_, err := s.k.get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName())
 		if apierrors.IsNotFound(err) {
-			return nil
+			break
 		}
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("Database %s/%s from README's install not gone: %w", o.GetNamespace(), o.GetName(), wctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return s.removeClaims(ctx, o.GetNamespace(), o.GetName())
+}
+
+// removeClaims deletes the volume claims a deleted Database's StatefulSet
+// left (claims outlive their StatefulSet), once the StatefulSet is gone, and
+// waits until they are: TestDatabase/Compose creates the same Database again
+// and needs its claims Pending. When the install's Database lived long
+// enough for its StatefulSet to make claims, they were bound, and the new
+// pods ran at once (session 26: "became Ready with no pod Ready").
+func (s *suite) removeClaims(ctx context.Context, ns, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	pvcs := s.k.cs.CoreV1().PersistentVolumeClaims(ns)
+	// The StatefulSet's claims: <template>-<name>-<ordinal>.
+	claims := func() ([]string, error) {
+		l, err := pvcs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, c := range l.Items {
+			if strings.HasSuffix(strings.TrimRight(c.Name, "0123456789"), "-"+name+"-") {
+				names = append(names, c.Name)
+			}
+		}
+		return names, nil
+	}
+	deleted := false
+	for {
+		var left []string
+		_, err := s.k.cs.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			left = []string{"StatefulSet " + name}
+		case !apierrors.IsNotFound(err):
+			return err
+		default:
+			if left, err = claims(); err != nil {
+				return err
+			}
+			if len(left) == 0 {
+				return nil
+			}
+			for _, c := range left {
+				if deleted {
+					break // deleted already: they are going
+				}
+				if err := pvcs.Delete(ctx, c, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
+			deleted = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("what Database %s/%s from README's install left is not gone: %s: %w", ns, name, strings.Join(left, ", "), ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -470,7 +470,10 @@ func TestRealNode(t *testing.T) {
 			t.Errorf("restored checksums differ:\n got %s\nwant %s", got, want)
 		}
 	})
-	s.step(t, "RestoreRetry", func(t *testing.T) { s.realRestoreRetry(t, ns, db, app) })
+	s.step(t, "RestoreRetry", func(t *testing.T) {
+		fullMatrix(t, "TestDatabase/Restore (a retry by spec.restoreFrom.attempt), Restore above (a real restore's outcome read back)")
+		s.realRestoreRetry(t, ns, db, app)
+	})
 	s.step(t, "PrimaryPodDeleted", func(t *testing.T) {
 		before := s.mustSQL(t, ns, app, "", checksums)
 		p0, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
