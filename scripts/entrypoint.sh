@@ -34,6 +34,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$here/lib.sh"
 LOG_TAG=entrypoint
+# First, before anything slow: the state file lives in an emptyDir that
+# outlives the container, so a restarted container would otherwise show the
+# last one's "running" to probe.sh live while this script checks its peers,
+# rewinds or waits, and the kubelet would kill it for a postgres not yet
+# started (seen on a starved node: a new primary restarted five times).
+set_state starting
 
 require_env POD_NAME PGDATA PGPORT PGHOST DB_NAME APP_USER SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR
 PRIMARY_HOST=${PRIMARY_HOST:-}
@@ -245,8 +251,8 @@ write_standby_floor() {
 }
 
 start_postgres() {
-	set_state running
 	log "starting postgres ($1) on port $PGPORT, socket dir $PGHOST"
+	set_state running
 	exec postgres -D "$PGDATA"
 }
 

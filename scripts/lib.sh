@@ -104,9 +104,10 @@ slot_name() {
 	printf '%s\n' "${name//[^a-z0-9_]/_}"
 }
 
-# State of the postgres container, read by probe.sh: initializing (initdb and
-# bootstrap), cloning (standby waiting for / copying the primary), hold
-# (deliberately not serving), running (postgres exec'd).
+# State of the postgres container, read by probe.sh: starting (entrypoint.sh
+# began; written first, over what a previous container left), initializing
+# (initdb and bootstrap), cloning (standby waiting for / copying the
+# primary), hold (deliberately not serving), running (postgres exec'd).
 STATE_DIR=${STATE_DIR:-/tmp}
 STATE_FILE="$STATE_DIR/database-state"
 HOLD_FILE="$STATE_DIR/database-hold"

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,50 @@ func TestPrimary(t *testing.T) {
 		}
 		if strings.Contains(p.lastLog(), "initialising") {
 			t.Errorf("restart ran initdb:\n%s", tail(p.lastLog(), 20))
+		}
+	})
+
+	t.Run("a restarted container is live while its entrypoint prepares", func(t *testing.T) {
+		// The state file outlives the container (an emptyDir): the last
+		// one left "running". Peers that do not answer (PEER_TIMEOUT each)
+		// keep the entrypoint in its checks before postgres starts, as a
+		// starved node does; the liveness probe must not kill it there.
+		p.stop(t)
+		stateFile := filepath.Join(p.state, "database-state")
+		state := func() string {
+			b, _ := os.ReadFile(stateFile)
+			return strings.TrimSpace(string(b))
+		}
+		if got := state(); got != "running" {
+			t.Fatalf("state after the stop %q, want the last container's running", got)
+		}
+		p.start(t, "PEER_TIMEOUT=3", "PEER_HOSTS="+blackhole(t))
+		waitFor(t, 10*time.Second, "state starting", func() error {
+			if got := state(); got != "starting" {
+				return fmt.Errorf("state %q", got)
+			}
+			return nil
+		})
+		probed := 0
+		for state() == "starting" {
+			live, ready := p.probe("live"), p.probe("ready")
+			if state() != "starting" {
+				break // postgres started meanwhile: not this check's case
+			}
+			if live != nil {
+				t.Fatalf("not live while the entrypoint prepares: %v", live)
+			}
+			if ready == nil {
+				t.Fatal("ready before postgres started")
+			}
+			probed++
+		}
+		if probed == 0 {
+			t.Error("postgres started before any probe: the peers' checks were too short to test")
+		}
+		p.waitReady(t, 60*time.Second)
+		if err := p.probe("live"); err != nil {
+			t.Errorf("live probe once started: %v", err)
 		}
 	})
 

@@ -12,8 +12,9 @@
 #          this one was frozen or cut off) stops its postgres at once and
 #          is not ready: never two writable instances behind the Services.
 #   live:  postgres answers on the socket (accepting, or rejecting while it
-#          starts or recovers), or the pod is deliberately initialising,
-#          cloning or holding: the kubelet must not restart it in a loop.
+#          starts or recovers), or postgres is not started yet: the
+#          entrypoint prepares (starting), initialises, clones or holds; the
+#          kubelet must not restart it in a loop.
 #          Not live: a running standby whose clone the sidecar marked for
 #          cloning again (database.reclone: the primary lost its WAL), so
 #          that the restarted container clones it. Not live either: a standby
@@ -206,7 +207,7 @@ ready)
 	;;
 live)
 	case $state in
-	initializing | cloning | hold) exit 0 ;;
+	starting | initializing | cloning | hold) exit 0 ;;
 	esac
 	if [[ -n ${PGDATA:-} && -f $PGDATA/database.reclone ]]; then
 		echo "not live: this standby cannot replicate any more ($(<"$PGDATA/database.reclone")); restarting to clone it again" >&2
