@@ -265,7 +265,12 @@ func TestBackups(t *testing.T) {
 	if !s.step(t, "CrossNamespace", func(t *testing.T) { s.crossNamespace(t, store, d, ns, db) }) {
 		return
 	}
-	if !s.step(t, "BucketUnreachable", func(t *testing.T) { s.bucketUnreachable(t, store, d, ns, db) }) {
+	if !s.step(t, "BucketUnreachable", func(t *testing.T) {
+		// Its 9 minutes are mostly 1.4 GB of WAL written to pass the
+		// volume's bound, not the condition's threshold.
+		fullMatrix(t, "scripts' TestArchive (an unreachable bucket neither stops writes nor fills pg_wal; archiving resumes and a full backup closes the gap: real PostgreSQL, real S3) and the function's WALArchive tests (archive_test.go)")
+		s.bucketUnreachable(t, store, d, ns, db)
+	}) {
 		return
 	}
 	if !s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) }) {

@@ -506,6 +506,7 @@ func TestRealNode(t *testing.T) {
 		s.eventuallyStandby(t, ns, app, db, 0, "1001")
 	})
 	s.step(t, "SizeChange", func(t *testing.T) {
+		fullMatrix(t, "scripts' TestStandbySettingsChange (a standby follows its primary's max_connections and the other floor settings up and down, real PostgreSQL), TestDatabase/Scale (instances and resources per size), the rolls of MinorRoll and TestOperate/UpgradeFleet")
 		// large (3 instances, max_connections 400) → medium (2, 200):
 		// standbys must match the primary's max_connections, up and down,
 		// so a careless roll leaves them crash-looping for good. (Growing

@@ -61,9 +61,19 @@ func TestOperate(t *testing.T) {
 
 	s.step(t, "UpgradeFleet", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgNext) })
 	// Back to A: a rollback is one more pod template, rolled the same way.
-	s.step(t, "Rollback", func(t *testing.T) { s.rollFleet(t, ns, writerName, dbs, pkgVersion) })
+	rolledBack := false
+	s.step(t, "Rollback", func(t *testing.T) {
+		fullMatrix(t, "UpgradeFleet (the same roll of every Database to one more pod template, with the checker)")
+		rolledBack = true
+		s.rollFleet(t, ns, writerName, dbs, pkgVersion)
+	})
 	// The fleet leaves the node to the next scenario.
 	s.removeDatabases(t, dbs...)
+	if !rolledBack {
+		// The scenarios after this one run on A: back to it, with no
+		// Database left to roll.
+		s.functionTo(t, pkgVersion)
+	}
 	s.step(t, "DeferredUpdates", func(t *testing.T) { s.deferredUpdates(t, ns) })
 	// Metrics and AlertFires (metrics_realnode_test.go).
 	s.observe(t, ns)
@@ -136,15 +146,11 @@ func (s *suite) deferredUpdates(t *testing.T, ns string) {
 	w.verify(t, time.Since(start))
 }
 
-// rollFleet sets the installed Function's package to version, waits for its
-// revision to run, then for every Database to roll, and checks each roll
-// (rollWatch.verify) and the writer's writes to the first.
-func (s *suite) rollFleet(t *testing.T, ns, writerName string, dbs []database, version string) {
+// functionTo moves the Function to the package version and waits until its
+// active revision's pod runs it, healthy.
+func (s *suite) functionTo(t *testing.T, version string) {
+	t.Helper()
 	ctx := context.Background()
-	watches := make([]*rollWatch, len(dbs))
-	for i, d := range dbs {
-		watches[i] = s.watchRoll(t, d, ns, d.name)
-	}
 	start := time.Now()
 	if _, err := s.k.mergePatch(ctx, gvkFunction, "", s.xp.fnName, fmt.Sprintf(`{"spec":{"package":%q}}`, fnPackage+":"+version)); err != nil {
 		t.Fatalf("Function %s to %s: %v", s.xp.fnName, version, err)
@@ -160,6 +166,18 @@ func (s *suite) rollFleet(t *testing.T, ns, writerName string, dbs []database, v
 			fmt.Sprintf("revision %s image %s: %s; %s", rev.GetName(), img, conditionsString(rev), state)
 	})
 	t.Logf("%s active and healthy after %s", version, time.Since(start).Round(time.Second))
+}
+
+// rollFleet sets the installed Function's package to version, waits for its
+// revision to run, then for every Database to roll, and checks each roll
+// (rollWatch.verify) and the writer's writes to the first.
+func (s *suite) rollFleet(t *testing.T, ns, writerName string, dbs []database, version string) {
+	watches := make([]*rollWatch, len(dbs))
+	for i, d := range dbs {
+		watches[i] = s.watchRoll(t, d, ns, d.name)
+	}
+	start := time.Now()
+	s.functionTo(t, version)
 	eventually(t, 15*time.Minute, "every Database rolled", func() (bool, string) {
 		all, states := true, []string{}
 		for _, w := range watches {
