@@ -251,13 +251,16 @@ func TestBackups(t *testing.T) {
 	store := s.objectStorage(t)
 	const ns, db = backupsNamespace, "ledger"
 	s.realNamespace(t, ns)
+	// d is set as soon as the Database exists, so that a failed first step
+	// removes it too: left behind (CI of 1ade2d9), its instances held the
+	// real node's CPU and TestOperate's fleet could not be scheduled.
 	var d database
 	defer func() {
 		if d.name != "" {
-			_ = s.k.delete(context.Background(), d.gvk, d.ns, d.name)
+			s.removeDatabases(t, d)
 		}
 	}()
-	if !s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { d = s.archiveFollowsFailover(t, store, ns, db) }) {
+	if !s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { s.archiveFollowsFailover(t, store, ns, db, &d) }) {
 		return
 	}
 	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
@@ -587,13 +590,15 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 
 // archiveFollowsFailover: a Database archives its WAL and a first full
 // backup to the bucket; its primary lost, the promoted standby archives on
-// its new timeline, with nothing done by hand.
-func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db string) database {
+// its new timeline, with nothing done by hand. It sets *created as soon as
+// the Database exists (TestBackups removes it, even after a failure here).
+func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db string, created *database) {
 	u := realDatabase(t, ns, db, "medium", nil)
 	if err := unstructured.SetNestedField(u.Object, archivedComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
 		t.Fatal(err)
 	}
 	d := s.create(t, u)
+	*created = d
 	start := time.Now()
 	s.waitRealReady(t, d)
 	t.Logf("ready in %s", time.Since(start).Round(time.Second))
@@ -681,7 +686,6 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 		t.Fatalf("full backups in the bucket %v after the Job, were %v: want %s among the new ones", after, before, label)
 	}
 	t.Logf("full backup %s on request, taken by the promoted primary %s after the Job's creation", label, time.Since(asked).Round(time.Second))
-	return d
 }
 
 // fullBackups are the labels of the full backups in a repository's
