@@ -328,7 +328,9 @@ func TestWorkloadTimeout(t *testing.T) {
 	if err := w.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > time.Second {
+	// Loose: CI runs this under -race beside the e2e suite on two cores;
+	// an Exec never cut would hang until go test's own timeout.
+	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("Run took %v with a 10 ms timeout", took)
 	}
 	got := w.Attempts()
