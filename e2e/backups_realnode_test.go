@@ -546,7 +546,12 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 	start := time.Now()
 	cp := s.create(t, u)
 	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
-	s.waitRealReady(t, cp)
+	// The restoring primary's own words when it does not get there (a
+	// hold names its reason in its log only; its pod's logs go with it).
+	eventually(t, realReady, cp.String()+" Ready", func() (bool, string) {
+		u := cp.get(t)
+		return getCondition(u, "Ready").Status == "True", conditionsString(u) + "; " + s.podsState(ns, copyName) + "; " + copyName + "-0: " + s.postgresTail(ns, copyName+"-0", false, 8)
+	})
 	t.Logf("restored to %s and ready (two instances) in %s", target, time.Since(start).Round(time.Second))
 	if got := s.appDB(t, ns, copyName+"-0", "ledger_pitr", "SELECT count(*), max(id) FROM marks"); got != "100|100" {
 		t.Errorf("the copy restored to %s has count|max %s, want 100|100 (every row before the target, none after)", target, got)
