@@ -180,7 +180,7 @@ fi
 if [ ${#failed[@]} -gt 0 ]; then
 	for i in "${!failed[@]}"; do
 		step "what failed in ${failed[$i]}"
-		failures "${failed_logs[$i]}" >&2
+		failures "${failed_logs[$i]}" >&2 || true # head may cut awk short
 	done
 	step "failed tests: $(cat "${failed_logs[@]}" | sed -n 's/^[[:space:]]*--- FAIL: \([^ ]*\).*/\1/p' | sort -u | tr '\n' ' ')"
 	step "FAILED: $(printf '%s; ' "${failed[@]}")"
