@@ -150,12 +150,23 @@ func TestFailoverSyncDetachesStandbys(t *testing.T) {
 		}
 	}()
 	r := c.runFailover(t, hosts, 0, 1, "DURABILITY=sync")
-	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 1.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
-		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 40))
+	// Either standby may be promoted: the frozen primary's walsenders stop
+	// wherever each was, so one standby can hold a record (a background
+	// running-xacts record, 184 bytes in one CI run) the other never got,
+	// and the Job rightly takes the most advanced. The property under test
+	// is what happens to the other one and to the resumed primary.
+	outcome := r.outcome(t)
+	to, _ := outcome["to"].(float64)
+	if to == 2 {
+		b, d = d, b
 	}
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": to, "timeline": 2.0, "reason": "PrimaryLost"}, outcome); diff != "" || (to != 1 && to != 2) {
+		t.Fatalf("outcome (-want +got):\n%s\nto %v, want 1 or 2\n%s", diff, to, tail(r.out, 40))
+	}
+	// From here b is the promoted standby and d the other one.
 	// d follows b now, on its new timeline.
 	if got := c.superSQL(t, d, "postgres", "SELECT status || ':' || sender_port FROM pg_stat_wal_receiver"); got != "streaming:"+strconv.Itoa(b.port) {
-		t.Errorf("d's walreceiver %q, want streaming from b (port %d)", got, b.port)
+		t.Errorf("%s's walreceiver %q, want streaming from %s (port %d)", d.pod, got, b.pod, b.port)
 	}
 
 	p.signal(syscall.SIGCONT)
