@@ -2,11 +2,14 @@ package scripts
 
 import (
 	"context"
+	"encoding/base64"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/example/function-database/internal/scram"
 )
 
 // scramVerifier runs lib.sh's scram_verifier (password on stdin), with salt
@@ -139,6 +142,14 @@ pg_stat_statements.track_utility = on
 				salt := strings.SplitN(strings.SplitN(want, ":", 2)[1], "$", 2)[0]
 				if got := c.scramVerifier(t, tc.password, salt); got != want {
 					t.Errorf("verifier\n%s, PostgreSQL's\n%s", got, want)
+				}
+				// The function's Go package (internal/scram) agrees too.
+				raw, err := base64.StdEncoding.DecodeString(salt)
+				if err != nil {
+					t.Fatalf("salt %q: %v", salt, err)
+				}
+				if got := scram.Verifier(tc.password, raw, scram.Iterations); got != want {
+					t.Errorf("internal/scram verifier\n%s, PostgreSQL's\n%s", got, want)
 				}
 			})
 		}
