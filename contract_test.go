@@ -25,11 +25,7 @@ import (
 // unreadTolerated are variables a container sends that no script it runs
 // reads, known and left as they are, by container, with the reason. The
 // test fails when one is no longer sent or becomes read: then it goes.
-var unreadTolerated = map[string]map[string]string{
-	containerPasswordSync: {
-		scripts.EnvDBName: "the sidecar shares instanceEnv with the postgres container; dropping it changes the pod template, which rolls every instance",
-	},
-}
+var unreadTolerated = map[string]map[string]string{}
 
 // A scriptRun is a container of a composed workload that runs scripts.
 type scriptRun struct {

@@ -151,6 +151,13 @@ const (
 	// The opposite copy does not exist: the superuser password in the
 	// Secret apps mount would hand them the superuser.
 	keyAppPasswordCopy = "app-password"
+	// The SCRAM-SHA-256 verifiers of the three roles' passwords, in the
+	// superuser Secret: the pods set the roles' passwords with them
+	// (ALTER ROLE ... PASSWORD '<verifier>'), so that no plaintext
+	// password reaches the server, and no pod computes one (secret.go).
+	keySuperuserVerifier   = "password-verifier"
+	keyReplicationVerifier = "replication-password-verifier"
+	keyAppVerifier         = "app-password-verifier"
 )
 
 // Keys of the scripts ConfigMap besides the scripts.

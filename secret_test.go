@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/example/function-database/internal/scram"
 )
 
 func TestCredentialsSecretEscapes(t *testing.T) {
@@ -51,7 +53,55 @@ func TestPasswordsReadBack(t *testing.T) {
 	if string(gotSU.Data["password"]) != "super-password-kept" || string(gotSU.Data["replication-password"]) != "repl-password-kept" {
 		t.Errorf("superuser passwords were regenerated: %q", gotSU.Data)
 	}
+	// The verifiers the pods apply follow the passwords read back.
+	for key, pw := range map[string]string{
+		"app-password-verifier":         "app-password-the-user-set",
+		"password-verifier":             "super-password-kept",
+		"replication-password-verifier": "repl-password-kept",
+	} {
+		if !scram.Verifies(string(gotSU.Data[key]), pw) {
+			t.Errorf("superuser %s = %q does not verify %q", key, gotSU.Data[key], pw)
+		}
+	}
+}
 
+// TestSuperuserSecretVerifiers: each role's SCRAM verifier verifies its
+// password and no other, differs between roles and Databases with the same
+// password (the salt names both), and is the same every time for the same
+// password (no churn, and a verifier the pods apply only when its password
+// changed).
+func TestSuperuserSecretVerifiers(t *testing.T) {
+	same := passwords{App: "same", Superuser: "same", Replication: "same"}
+	db := testDB()
+	data := superuserSecret(db, same).Data
+	keys := []string{keySuperuserVerifier, keyReplicationVerifier, keyAppVerifier}
+	seen := map[string]string{}
+	for _, k := range keys {
+		v := string(data[k])
+		if !scram.Verifies(v, "same") || scram.Verifies(v, "other") {
+			t.Errorf("%s = %q: does not verify its password alone", k, v)
+		}
+		if other, ok := seen[v]; ok {
+			t.Errorf("%s and %s share a verifier (and so a salt)", k, other)
+		}
+		seen[v] = k
+	}
+	other := testDB()
+	other.Name = "invoices"
+	if a, b := data[keyAppVerifier], superuserSecret(other, same).Data[keyAppVerifier]; string(a) == string(b) {
+		t.Errorf("two Databases share a verifier for the same password: %s", a)
+	}
+	if diff := cmp.Diff(data, superuserSecret(db, same).Data); diff != "" {
+		t.Errorf("computed again (-first +second):\n%s", diff)
+	}
+	rotated := same
+	rotated.App = "rotated"
+	again := superuserSecret(db, rotated).Data
+	for _, k := range keys {
+		if changed := string(again[k]) != string(data[k]); changed != (k == keyAppVerifier) {
+			t.Errorf("the app password rotated: %s changed %v", k, changed)
+		}
+	}
 }
 
 // TestSecretsApplyOverWhatWasRead: the desired Secrets carry the

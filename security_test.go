@@ -164,7 +164,14 @@ func checkPasswordsOnlyInSecrets(t *testing.T, s composedStack) {
 	n := s.objs[rnStatefulSet].(*appsv1.StatefulSet).Name //nolint:forcetypeassert // decoded by kind
 	// app-password is the app password's copy, kept with the superuser's
 	// (resolvePasswords); no superuser password is in the Secret apps mount.
-	want := []string{n + "-credentials/password", n + "-superuser/app-password", n + "-superuser/password", n + "-superuser/replication-password"}
+	// The SCRAM verifiers count as passwords (one allows an offline guess
+	// at its password): only the superuser Secret holds them.
+	want := []string{
+		n + "-credentials/password",
+		n + "-superuser/app-password", n + "-superuser/app-password-verifier",
+		n + "-superuser/password", n + "-superuser/password-verifier",
+		n + "-superuser/replication-password", n + "-superuser/replication-password-verifier",
+	}
 	if d := cmp.Diff(want, keys); d != "" {
 		t.Errorf("password keys of the Secrets (-want +got):\n%s", d)
 	}

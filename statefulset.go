@@ -142,23 +142,22 @@ func spreadZones(db *database) []corev1.TopologySpreadConstraint {
 	}}
 }
 
-// instanceEnv is the environment of the scripts run in the instances:
-// entrypoint.sh, probe.sh and sync-passwords.sh (scripts.Contract;
-// TestContractEnv holds this to it).
+// instanceEnv is the environment the scripts run in the instances share:
+// entrypoint.sh, probe.sh and prestop.sh in the postgres container
+// (postgresEnv), sync-passwords.sh in the sidecar (passwordSyncEnv)
+// (scripts.Contract; TestContractEnv holds each container to it).
 func instanceEnv(db *database) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: scripts.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: scripts.EnvPGData, Value: pgData},
 		{Name: scripts.EnvPGPort, Value: strconv.Itoa(postgresPort)},
 		{Name: scripts.EnvPGHost, Value: socketDir},
-		{Name: scripts.EnvDBName, Value: db.SQLName},
 		{Name: scripts.EnvAppUser, Value: db.SQLName},
 		// Standbys clone and stream from the rw Service: it follows a
 		// failover, so a standby needs no restart to follow the new primary.
 		{Name: scripts.EnvPrimaryHost, Value: serviceHost(db, db.Name)},
 		{Name: scripts.EnvPeerDomain, Value: peerDomain(db)},
 		{Name: scripts.EnvScriptsDir, Value: scriptsDir},
-		{Name: scripts.EnvAppSecretDir, Value: appDir},
 		{Name: scripts.EnvAdminSecretDir, Value: adminDir},
 	}
 	if db.ObjectStorage != nil {
@@ -174,21 +173,33 @@ func instanceEnv(db *database) []corev1.EnvVar {
 	return env
 }
 
-// postgresEnv is instanceEnv and, with metrics, the uid the entrypoint
-// maps to the exporter's role.
+// postgresEnv is instanceEnv, the database the bootstrap creates and, with
+// metrics, the uid the entrypoint maps to the exporter's role.
 func postgresEnv(db *database) []corev1.EnvVar {
-	env := instanceEnv(db)
+	env := append(instanceEnv(db), corev1.EnvVar{Name: scripts.EnvDBName, Value: db.SQLName})
 	if db.Metrics != nil {
 		env = append(env, corev1.EnvVar{Name: scripts.EnvMonitorUID, Value: strconv.Itoa(monitorUID)})
 	}
 	return env
 }
 
+// passwordSyncEnv is instanceEnv, the credentials Secret's mount (the
+// sidecar applies an edited app password once the superuser Secret's copy
+// and verifier follow it) and the round's interval.
+func passwordSyncEnv(db *database) []corev1.EnvVar {
+	return append(instanceEnv(db),
+		corev1.EnvVar{Name: scripts.EnvAppSecretDir, Value: appDir},
+		corev1.EnvVar{Name: scripts.EnvSyncInterval, Value: "5"})
+}
+
+// instanceMounts are the mounts the postgres container and the sidecar
+// share. The credentials Secret is the sidecar's alone: the postgres
+// container sets the roles' passwords from the verifiers in the superuser
+// Secret.
 func instanceMounts(db *database) []corev1.VolumeMount {
 	m := []corev1.VolumeMount{
 		{Name: volData, MountPath: dataDir},
 		{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-		{Name: volApp, MountPath: appDir, ReadOnly: true},
 		{Name: volAdmin, MountPath: adminDir, ReadOnly: true},
 		{Name: volRun, MountPath: socketDir},
 		{Name: volTmp, MountPath: tmpDir},
@@ -280,13 +291,13 @@ func passwordSyncContainer(db *database, p *plan) corev1.Container {
 		Image:           p.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"bash", scriptsDir + "/" + scripts.SyncPasswords},
-		Env:             append(instanceEnv(db), corev1.EnvVar{Name: scripts.EnvSyncInterval, Value: "5"}),
+		Env:             passwordSyncEnv(db),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
 		// The data volume too: the script tells a standby by its standby.signal.
-		VolumeMounts:    instanceMounts(db),
+		VolumeMounts:    append(instanceMounts(db), corev1.VolumeMount{Name: volApp, MountPath: appDir, ReadOnly: true}),
 		SecurityContext: containerSecurityContext(),
 	}
 }

@@ -124,11 +124,15 @@ const (
 
 // adminFiles are the named files of the superuser Secret's mount.
 func adminFiles(names ...string) []File {
-	meaning := map[string]string{
-		"username":             "the superuser's name",
-		"password":             "the superuser's password",
-		"replication-username": "the replication role's name",
-		"replication-password": "the replication role's password",
+	meaning := map[string]string{ //nolint:gosec // G101: key names and what they hold, not credentials
+		"username":                      "the superuser's name",
+		"password":                      "the superuser's password",
+		"replication-username":          "the replication role's name",
+		"replication-password":          "the replication role's password",
+		"password-verifier":             "the SCRAM-SHA-256 verifier of the superuser's password (the function computes it: no pod does)",
+		"replication-password-verifier": "the SCRAM-SHA-256 verifier of the replication role's password",
+		"app-password":                  "the function's copy of the app password: app-password-verifier is of it",
+		"app-password-verifier":         "the SCRAM-SHA-256 verifier of the app password (its copy)",
 	}
 	out := make([]File, len(names))
 	for i, n := range names {
@@ -154,7 +158,6 @@ var (
 	peerTimeout = Var{Name: "PEER_TIMEOUT", Need: Optional, Default: "2", Meaning: "seconds to connect to a peer's postgres (lib.sh remote_query)"}
 	peerHosts   = Var{Name: "PEER_HOSTS", Need: TestOnly, Meaning: "space-separated host:port of the peers, replacing N-k.PEER_DOMAIN:PGPORT (lib.sh peer_hosts)"}
 	peerOrds    = Var{Name: "PEER_ORDINALS", Need: TestOnly, Default: "9", Meaning: "the highest ordinal when SCRIPTS_DIR/instances is absent (lib.sh instance_count)"}
-	scramSalt   = Var{Name: "SCRAM_TEST_SALT", Need: TestOnly, Meaning: "a fixed base64 salt for the SCRAM verifiers instead of a random one (lib.sh scram_verifier)"}
 	peerDomain  = Var{Name: EnvPeerDomain, Need: Expected, Meaning: "the headless Service's domain: peer k is N-k.PEER_DOMAIN (without it no peer is asked)"}
 	// jobConn is how backup.sh and restore.sh reach the primary (libpq).
 	jobConn = []Var{
@@ -200,15 +203,14 @@ var Contract = []Script{
 				{Name: "restore-source", Need: Optional, Meaning: "with restore-repo: the source's SQL name (its app database and role, renamed to this Database's)"},
 				{Name: "restore-target", Need: Optional, Meaning: "with restore-repo: the point in time (RFC 3339) to restore to; absent: the archive's end"},
 			}},
-			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount", Files: appFiles},
-			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
+			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password", "password-verifier", "replication-password-verifier", "app-password-verifier")},
 			stateDir,
 			{Name: "RETRY_INTERVAL", Need: Optional, Default: "5", Meaning: "seconds between clone attempts, and between looks while holding"},
 			{Name: "CLONE_MAX_RATE", Need: Optional, Meaning: "pg_basebackup --max-rate of a clone (none: unbounded)"},
 			{Name: "TERMINATION_LOG", Need: Optional, Default: "/dev/termination-log", Meaning: "where a primary restored from an archive writes what it reached (JSON: result, source, restoredTo, lsn, timeline, stoppedIn, archiveEnd, seconds) before it exits once"},
 			{Name: EnvMonitorUser, Need: Optional, Meaning: "with metrics: the role postgres_exporter logs in as over the socket (pg_hba.conf: peer, map monitor)"},
 			{Name: EnvMonitorUID, Need: Optional, Meaning: "with MONITOR_USER: the uid the exporter runs as; its user name in this image maps to MONITOR_USER, and to no other role"},
-			peerTimeout, peerHosts, peerOrds, scramSalt,
+			peerTimeout, peerHosts, peerOrds,
 		},
 	},
 	{
@@ -247,15 +249,15 @@ var Contract = []Script{
 	},
 	{
 		Name: SyncPasswords,
-		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (SCRAM verifiers computed in the pod) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (immediate) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS, no peer answers a connection at all and the witness (the API server) accepts none (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
+		Does: "The password-sync sidecar of every instance pod. Every SYNC_INTERVAL seconds: on the primary (postgres not in recovery, whatever the ordinal), applies the Secrets' passwords to the roles (the SCRAM verifiers the function computed into the superuser Secret; an app password edited in the credentials Secret once the function wrote its verifier) when the secret files or the postmaster changed since the last apply; on a standby, refreshes the walreceiver's passfile next to PGDATA and, every SLOT_CHECK_ROUNDS rounds, asks the primary whether it still holds this standby's slot, and is the same cluster, marking the clone to be cloned again when the primary answers it cannot replicate; on any instance, reloads the configuration when SCRIPTS_DIR/postgresql.conf changed; on a primary with peers, stops postgres (immediate) and leaves PGDATA/database.isolated when no standby replied within ISOLATION_REPLY_SECONDS, no peer answers a connection at all and the witness (the API server) accepts none (a partition), so that a failover elsewhere cannot meet a primary still acknowledging writes.",
 		Env: []Var{
 			{Name: EnvPodName, Need: Required, Meaning: "the pod's name: its ordinal (0 applies the passwords) and its slot"},
 			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
 			{Name: EnvPGPort, Need: Required, Meaning: "the port"},
 			{Name: EnvPGData, Need: Required, Meaning: "the data directory (shared with the postgres container): the clone's marks, the passfile beside it"},
 			{Name: EnvAppUser, Need: Required, Meaning: "the app role whose password is applied"},
-			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount", Files: appFiles},
-			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password")},
+			{Name: EnvAppSecretDir, Need: Required, Meaning: "the app Secret's mount: an edited app password is applied once the superuser Secret's copy is the same", Files: appFiles},
+			{Name: EnvAdminSecretDir, Need: Required, Meaning: "the superuser Secret's mount", Files: adminFiles("username", "password", "replication-username", "replication-password", "password-verifier", "replication-password-verifier", "app-password", "app-password-verifier")},
 			{Name: EnvPrimaryHost, Need: Expected, Meaning: "the primary a standby asks about its slot; without it no slot check"},
 			{Name: "PRIMARY_PORT", Need: Optional, Default: "5432", Meaning: "its port"},
 			{Name: EnvScriptsDir, Need: Optional, Default: "$here", Meaning: "the scripts ConfigMap's mount (unset: the script's own directory, the same mount)", Files: []File{confFile, primaryKey, instances, pgbackrestConf}},
@@ -272,7 +274,6 @@ var Contract = []Script{
 			{Name: "ARCHIVE_RETRY_SECONDS", Need: Optional, Default: "60", Meaning: "seconds after a failed `pgbackrest.sh ensure` (the stanza, the first backup) or `rebase` (the full backup after a gap) before the next try"},
 			stateDir,
 			{Name: "SYNC_ONCE", Need: TestOnly, Meaning: "1: one round, then exit with its status"},
-			scramSalt,
 		},
 	},
 	{

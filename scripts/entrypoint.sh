@@ -18,13 +18,13 @@
 # re-runs this script when the function names another primary.
 #
 # Environment (see notes/CONTRACT.md): POD_NAME PGDATA PGPORT PGHOST DB_NAME
-# APP_USER PRIMARY_HOST SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR; optional
+# APP_USER PRIMARY_HOST SCRIPTS_DIR ADMIN_SECRET_DIR; optional
 # PRIMARY_PORT (default 5432), STATE_DIR (default /tmp), RETRY_INTERVAL
 # (seconds, default 5), CLONE_MAX_RATE (pg_basebackup --max-rate, default none),
 # PEER_DOMAIN (the headless Service's domain: peers are N-k.PEER_DOMAIN),
 # PEER_TIMEOUT (seconds to connect to a peer, default 2; lib.sh remote_query),
 # PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts),
-# SCRAM_TEST_SALT (tests; lib.sh scram_verifier), TERMINATION_LOG (default
+# TERMINATION_LOG (default
 # /dev/termination-log: a restore from the archive reports there),
 # MONITOR_USER and MONITOR_UID (with metrics: the role the exporter logs in
 # as over the socket, and the uid it runs as; write_config).
@@ -41,7 +41,7 @@ LOG_TAG=entrypoint
 # started (seen on a starved node: a new primary restarted five times).
 set_state starting
 
-require_env POD_NAME PGDATA PGPORT PGHOST DB_NAME APP_USER SCRIPTS_DIR APP_SECRET_DIR ADMIN_SECRET_DIR
+require_env POD_NAME PGDATA PGPORT PGHOST DB_NAME APP_USER SCRIPTS_DIR ADMIN_SECRET_DIR
 PRIMARY_HOST=${PRIMARY_HOST:-}
 require_int PGPORT 1
 MONITOR_USER=${MONITOR_USER:-}
@@ -258,17 +258,18 @@ start_postgres() {
 
 # password_vars: the psql variables both bootstrap_sql and restore_sql set
 # the roles' passwords from: su, repl and app (the role names) and su_pw,
-# repl_pw and app_pw (their SCRAM verifiers, from this Database's Secrets).
-# Only SCRAM verifiers reach the server, never a plaintext password.
+# repl_pw and app_pw (their SCRAM verifiers, which the function computes
+# into the superuser Secret: lib.sh read_verifier). Only SCRAM verifiers
+# reach the server, never a plaintext password. The app role gets the
+# verifier of the superuser Secret's copy of its password; when the
+# credentials Secret holds a newer one (edited since the function's last
+# reconcile), the sidecar applies it once the function caught up.
 password_vars() {
 	local su_pw repl repl_pw app_pw
-	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
-	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
-	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
-	scram_verifier su_pw "$su_pw" || return 1
-	scram_verifier repl_pw "$repl_pw" || return 1
-	scram_verifier app_pw "$app_pw" || return 1
+	read_verifier su_pw "$ADMIN_SECRET_DIR/password-verifier" || return 1
+	read_verifier repl_pw "$ADMIN_SECRET_DIR/replication-password-verifier" || return 1
+	read_verifier app_pw "$ADMIN_SECRET_DIR/app-password-verifier" || return 1
 	psql_set su "$superuser"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/example/function-database/internal/scram"
 )
 
 // The tests run real PostgreSQL servers, started by the scripts themselves,
@@ -252,8 +254,35 @@ func newCluster(t *testing.T, tl *tools, root, name string) *cluster {
 	return c
 }
 
-// setSecret replaces a mounted secret file atomically (as the kubelet does).
+// setSecret sets a password (or a name) as the function's reconcile does:
+// the SCRAM verifier of a password in the superuser Secret, and the app
+// password's copy there, first; then the mounted secret file itself,
+// atomically (as the kubelet does), so that a sidecar reading between the
+// two never meets a password whose verifier is not there yet.
 func (c *cluster) setSecret(t *testing.T, secret, key, value string) {
+	t.Helper()
+	role, verifierKey := "", ""
+	switch secret + "/" + key {
+	case "app/password":
+		role, verifierKey = c.app, "app-password-verifier"
+	case "superuser/password":
+		role, verifierKey = c.su, "password-verifier"
+	case "superuser/replication-password":
+		role, verifierKey = c.repl, "replication-password-verifier"
+	}
+	if verifierKey != "" {
+		salt := scram.StableSalt("scripts-test/" + c.name + "/" + role)
+		c.setSecretFile(t, "superuser", verifierKey, scram.Verifier(value, salt, scram.Iterations))
+	}
+	if secret == "app" && key == "password" {
+		c.setSecretFile(t, "superuser", "app-password", value)
+	}
+	c.setSecretFile(t, secret, key, value)
+}
+
+// setSecretFile replaces one mounted secret file atomically (as the
+// kubelet does), and nothing else: an edit the function has not seen yet.
+func (c *cluster) setSecretFile(t *testing.T, secret, key, value string) {
 	t.Helper()
 	dir := c.appSec
 	if secret == "superuser" {

@@ -491,69 +491,24 @@ check_dump() {
 }
 
 # --- passwords -----------------------------------------------------------------
-# scram_verifier VAR PASSWORD: a SCRAM-SHA-256 verifier of PASSWORD (RFC 5802
-# / 7677, as PostgreSQL stores it: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>)
-# into VAR, computed here, so that the plaintext never reaches the server: a
-# statement such as ALTER ROLE ... PASSWORD '<verifier>' may be logged
-# (log_statement, log_min_duration_statement, auto_explain, an error) and only
-# the verifier is then in the log. Perl (a dependency of Debian's
-# postgresql-common, so in the postgres image) with its core modules does the
-# maths; the password goes to it on stdin, never as an argument. The password
-# is prepared as PostgreSQL's pg_saslprep does: an ASCII password as is (the
-# passwords the function generates); otherwise NFKC after mapping non-ASCII
-# spaces to a space and removing the characters "commonly mapped to nothing",
-# and the raw bytes when that yields a prohibited character or the input is
-# not UTF-8 (RFC 4013's bidirectional rule is not checked: a password mixing
-# right-to-left and left-to-right text may get a verifier PostgreSQL's client
-# would not compute, and then fails to log in).
-# SCRAM_TEST_SALT (base64; tests only) replaces the random 16-byte salt.
-SCRAM_ITERATIONS=4096
-scram_verifier() {
+# read_verifier VAR FILE: the SCRAM-SHA-256 verifier in FILE (RFC 5802 /
+# 7677, as PostgreSQL stores it: SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>)
+# into VAR. The function computes the verifiers of the three roles'
+# passwords and writes them into the superuser Secret (its *-verifier keys:
+# secret.go), so that the pods set passwords with ALTER ROLE ... PASSWORD
+# '<verifier>' and the plaintext never reaches the server, where a statement
+# may be logged (log_statement, log_min_duration_statement, auto_explain, an
+# error): only the verifier is then in the log. No pod computes one.
+read_verifier() {
 	local -n _verifier=$1
-	local _out
-	_out=$(printf '%s' "$2" | perl -e '
-		use strict; use warnings;
-		use Digest::SHA qw(hmac_sha256 sha256);
-		use MIME::Base64 qw(encode_base64);
-		use Encode qw(decode encode FB_CROAK);
-		use Unicode::Normalize qw(NFKC);
-		my $iterations = $ARGV[0];
-		local $/; binmode STDIN; my $pw = <STDIN>; $pw = "" unless defined $pw;
-		if ($pw =~ /[^\x00-\x7f]/) {
-			my $s = eval { decode("UTF-8", $pw, FB_CROAK) };
-			if (defined $s) {
-				# RFC 3454 C.1.2 (non-ASCII spaces) to a space; B.1 removed.
-				$s =~ s/[\x{00A0}\x{1680}\x{2000}-\x{200B}\x{202F}\x{205F}\x{3000}]/ /g;
-				$s =~ s/[\x{00AD}\x{034F}\x{1806}\x{180B}-\x{180D}\x{200C}\x{200D}\x{2060}\x{FE00}-\x{FE0F}\x{FEFF}]//g;
-				$s = NFKC($s);
-				# Prohibited (controls, private use, surrogates,
-				# non-characters, unassigned): PostgreSQL then uses the raw bytes.
-				$pw = encode("UTF-8", $s) unless $s eq "" || $s =~ /[\p{Cc}\p{Co}\p{Cs}\p{Cn}\x{FFF9}-\x{FFFD}\x{2FF0}-\x{2FFB}\x{200E}\x{200F}\x{202A}-\x{202E}\x{206A}-\x{206F}\x{E0001}\x{E0020}-\x{E007F}\x{0340}\x{0341}]/;
-			}
-		}
-		my $salt;
-		if (length($ARGV[1])) {
-			$salt = MIME::Base64::decode_base64($ARGV[1]); # tests only
-		} else {
-			open(my $rnd, "<:raw", "/dev/urandom") or die "/dev/urandom: $!";
-			read($rnd, $salt, 16) == 16 or die "short read of /dev/urandom";
-			close($rnd);
-		}
-		# Hi() of RFC 5802: PBKDF2-HMAC-SHA-256, one block.
-		my $u = hmac_sha256($salt . pack("N", 1), $pw);
-		my $salted = $u;
-		for (2 .. $iterations) { $u = hmac_sha256($u, $pw); $salted ^= $u; }
-		my $stored = sha256(hmac_sha256("Client Key", $salted));
-		my $server = hmac_sha256("Server Key", $salted);
-		my $b64 = sub { encode_base64($_[0], "") };
-		print "SCRAM-SHA-256\$$iterations:" . $b64->($salt) . "\$" . $b64->($stored) . ":" . $b64->($server);
-	' "$SCRAM_ITERATIONS" "${SCRAM_TEST_SALT:-}") || {
-		log "cannot compute a SCRAM verifier (perl with Digest::SHA is needed)"
+	local _read
+	read_file_into _read "$2" || {
+		log "no SCRAM verifier in $2 yet: the function writes it at its next reconcile (a Secret written by a function before verifiers has none)"
 		return 1
 	}
-	[[ $_out =~ ^SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+$ ]] || {
-		log "cannot compute a SCRAM verifier: unexpected output"
+	[[ $_read =~ ^SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+$ ]] || {
+		log "$2 is not a SCRAM-SHA-256 verifier"
 		return 1
 	}
-	_verifier=$_out
+	_verifier=$_read
 }

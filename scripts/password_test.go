@@ -1,8 +1,8 @@
 package scripts
 
 import (
-	"context"
 	"encoding/base64"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,25 +12,8 @@ import (
 	"github.com/example/function-database/internal/scram"
 )
 
-// scramVerifier runs lib.sh's scram_verifier (password on stdin), with salt
-// (base64) when not empty.
-func (c *cluster) scramVerifier(t *testing.T, password, salt string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	env := append(c.tl.baseEnv(c.root), "SCRAM_TEST_SALT="+salt)
-	cmd := c.tl.command(ctx, c.root, env, c.tl.bashPath, "-c",
-		`set -euo pipefail; . "$1"; pw=$(cat); scram_verifier v "$pw"; printf '%s' "$v"`, "scram", filepath.Join(c.scripts, Lib))
-	cmd.Stdin = strings.NewReader(password)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("scram_verifier: %v\n%s", err, out)
-	}
-	return string(out)
-}
-
 // TestPasswordsNeverReachServer (issue 12 item 5): roles are created and
-// rotated with SCRAM verifiers computed by the scripts, so that no plaintext
+// rotated with the SCRAM verifiers the function computes, so that no plaintext
 // password reaches the server: not its log with every statement-logging
 // setting on, not pg_stat_statements (which keeps utility statements' text
 // whatever a session sets), during bootstrap, rotation and primary restart.
@@ -117,7 +100,8 @@ pg_stat_statements.track_utility = on
 		t.Errorf("%s roles without a SCRAM verifier", got)
 	}
 
-	// The verifier is PostgreSQL's own for the same salt, SASLprep included.
+	// The function's verifier (internal/scram, which the pods apply) is
+	// PostgreSQL's own for the same salt, SASLprep included.
 	t.Run("same verifier as PostgreSQL", func(t *testing.T) {
 		for _, tc := range []struct{ name, password string }{
 			{"ascii with quotes", appPassword},
@@ -140,10 +124,6 @@ pg_stat_statements.track_utility = on
 				}
 				want := c.superSQL(t, p, "postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'scram_probe'")
 				salt := strings.SplitN(strings.SplitN(want, ":", 2)[1], "$", 2)[0]
-				if got := c.scramVerifier(t, tc.password, salt); got != want {
-					t.Errorf("verifier\n%s, PostgreSQL's\n%s", got, want)
-				}
-				// The function's Go package (internal/scram) agrees too.
 				raw, err := base64.StdEncoding.DecodeString(salt)
 				if err != nil {
 					t.Fatalf("salt %q: %v", salt, err)
@@ -154,10 +134,66 @@ pg_stat_statements.track_utility = on
 			})
 		}
 		c.superSQL(t, p, "postgres", "DROP ROLE IF EXISTS scram_probe")
-		if a, b := c.scramVerifier(t, "x", ""), c.scramVerifier(t, "x", ""); a == b {
-			t.Errorf("two verifiers with the same salt: %s", a)
-		}
 	})
+}
+
+// TestPasswordEditWaitsForVerifier: the pods set passwords only from the
+// verifiers the function computes into the superuser Secret. An app
+// password edited in the credentials Secret, before the function's
+// reconcile wrote its copy and verifier, is not applied (the old one keeps
+// working, rather than the role getting the old verifier as the new
+// password), and is once they are there; a superuser Secret without
+// verifiers (written by a function before them) stops the apply with a
+// line saying why, and nothing else.
+func TestPasswordEditWaitsForVerifier(t *testing.T) {
+	t.Parallel()
+	tl := requirePostgres(t)
+	root := newRoot(t, tl)
+	c := newCluster(t, tl, root, "edit")
+	p := c.instance(0)
+	p.start(t)
+	p.waitReady(t, 120*time.Second)
+	round := func(t *testing.T) (string, error) {
+		t.Helper()
+		return c.script(time.Minute, append(p.env(), "SYNC_ONCE=1"), SyncPasswords)
+	}
+	if out, err := round(t); err != nil || !strings.Contains(out, "passwords applied") {
+		t.Fatalf("first round: %v\n%s", err, out)
+	}
+	logsIn := func(pw string) bool {
+		_, err := c.psql(p.port, c.app, pw, c.db, "SELECT 1")
+		return err == nil
+	}
+
+	const edited = `edi't:ed\pw`
+	c.setSecretFile(t, "app", "password", edited)
+	out, err := round(t)
+	if err == nil || !strings.Contains(out, "waiting for the function to write its verifier") {
+		t.Errorf("a round with the edit but not its verifier: %v, want a failed round waiting for the function\n%s", err, out)
+	}
+	if !logsIn(appPassword) || logsIn(edited) {
+		t.Errorf("before the function's verifier: the old password logs in %v, the edited one %v; want the old one only", logsIn(appPassword), logsIn(edited))
+	}
+
+	c.setSecret(t, "app", "password", edited) // the function's reconcile
+	if out, err := round(t); err != nil || !strings.Contains(out, "passwords applied") {
+		t.Fatalf("a round after the function's verifier: %v\n%s", err, out)
+	}
+	if logsIn(appPassword) || !logsIn(edited) {
+		t.Errorf("after the function's verifier: the old password logs in %v, the edited one %v; want the edited one only", logsIn(appPassword), logsIn(edited))
+	}
+
+	// A Secret from before verifiers: the apply stops and says why.
+	if err := os.Remove(filepath.Join(c.adminSec, "password-verifier")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = round(t)
+	if err == nil || !strings.Contains(out, "no SCRAM verifier in") || strings.Contains(out, "passwords applied") {
+		t.Errorf("a round without the superuser's verifier: %v, want a failed round naming it\n%s", err, out)
+	}
+	if !logsIn(edited) {
+		t.Errorf("the app password stopped working without a verifier")
+	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -42,7 +42,6 @@ var notEnv = map[string]string{
 	"BASH_REMATCH":  "bash: the groups of the last =~ match",
 	"BASH_SOURCE":   "bash: the script's own path",
 	"EPOCHREALTIME": "bash: the wall clock, lib.sh now_ms's fallback",
-	"ARGV":          "Perl's, in lib.sh scram_verifier's program",
 }
 
 var (

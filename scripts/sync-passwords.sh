@@ -19,9 +19,12 @@
 #     and from the API server (check_isolation): the fence of a partition, which its kubelet's
 #     liveness probe, running inside the pod, never sees.
 # Safe while postgres is not up yet: it just tries again next round.
-# Passwords never reach the server: the sidecar sends SCRAM verifiers computed
-# here (lib.sh scram_verifier), as psql variables on stdin (:'pw' quoting):
-# never in process arguments; the session also turns statement logging off.
+# Passwords never reach the server: the sidecar sends the SCRAM verifiers the
+# function computed into the superuser Secret (lib.sh read_verifier), as psql
+# variables on stdin (:'pw' quoting): never in process arguments; the session
+# also turns statement logging off. An app password edited in the
+# credentials Secret is applied once the function wrote its verifier
+# (app_verifier_current).
 #
 # Environment: POD_NAME PGHOST PGPORT PGDATA APP_USER APP_SECRET_DIR
 # ADMIN_SECRET_DIR; optional SYNC_INTERVAL (default 5), SYNC_ONCE (1: one round,
@@ -34,8 +37,7 @@
 # and PEER_HOSTS / PEER_ORDINALS (lib.sh peer_hosts: the peers
 # check_isolation tries), ARCHIVE_RETRY_SECONDS (default 60: archive_round),
 # STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
-# script's directory: its postgresql.conf), SCRAM_TEST_SALT (tests; lib.sh
-# scram_verifier), MONITOR_USER (with metrics: the exporter's role, created
+# script's directory: its postgresql.conf), MONITOR_USER (with metrics: the exporter's role, created
 # with pg_monitor on the primary).
 set -Eeuo pipefail
 
@@ -73,12 +75,24 @@ secret_files=(
 	"$ADMIN_SECRET_DIR/replication-password"
 	"$APP_SECRET_DIR/password"
 )
+# The verifiers the primary applies, and the app password's copy its
+# verifier is of: compared too, but not required, so that a Secret written
+# by a function before verifiers (a fleet being upgraded) stops only the
+# password apply (sync_sql says why), never the fence, the slot check or a
+# standby's passfile.
+verifier_files=(
+	"$ADMIN_SECRET_DIR/password-verifier"
+	"$ADMIN_SECRET_DIR/replication-password-verifier"
+	"$ADMIN_SECRET_DIR/app-password-verifier"
+	"$ADMIN_SECRET_DIR/app-password"
+)
 
-# secrets_read NAME: the secret files' content, each prefixed by its length,
-# into the variable NAME; 1 when one is not readable. Compared round after
-# round in memory (read, a builtin: no process), so that an idle sidecar
-# forks nothing to learn that nothing changed; a checksum is computed only
-# for the log line of an apply (short_sum).
+# secrets_read NAME: the secret files' content, each prefixed by its length
+# (a missing verifier file by "-"), into the variable NAME; 1 when a
+# required one is not readable. Compared round after round in memory
+# (read, a builtin: no process), so that an idle sidecar forks nothing to
+# learn that nothing changed; a checksum is computed only for the log line
+# of an apply (short_sum).
 secrets_read() {
 	local -n _all=$1
 	local f c
@@ -88,6 +102,15 @@ secrets_read() {
 		c=''
 		IFS= read -r -d '' c <"$f" || true
 		_all+="${#c}:$c;"
+	done
+	for f in "${verifier_files[@]}"; do
+		c=''
+		if [[ -r $f ]]; then
+			IFS= read -r -d '' c <"$f" || true
+			_all+="${#c}:$c;"
+		else
+			_all+="-;"
+		fi
 	done
 }
 
@@ -99,17 +122,30 @@ short_sum() {
 	printf '%s\n' "${s:0:12}"
 }
 
+# app_verifier_current: succeeds when the superuser Secret's copy of the app
+# password is the password in the credentials Secret, so that its verifier
+# (app-password-verifier, beside the copy) is that password's. A password
+# just edited in the credentials Secret makes the function write a new copy
+# and verifier at the reconcile the edit triggers; until then the old
+# password stays, rather than the role getting the old verifier as if it
+# were the new one.
+app_verifier_current() {
+	local app_pw copy
+	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
+	read_file_into copy "$ADMIN_SECRET_DIR/app-password" || return 1
+	[[ $app_pw == "$copy" ]]
+}
+
+# sync_sql: the SQL that sets the three roles' passwords from their SCRAM
+# verifiers (lib.sh read_verifier), as psql variables on stdin.
 sync_sql() {
 	local su su_pw repl repl_pw app_pw
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
-	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	read_file_into repl "$ADMIN_SECRET_DIR/replication-username" || return 1
-	read_file_into repl_pw "$ADMIN_SECRET_DIR/replication-password" || return 1
-	read_file_into app_pw "$APP_SECRET_DIR/password" || return 1
 	# Only SCRAM verifiers reach the server, never a plaintext password.
-	scram_verifier su_pw "$su_pw" || return 1
-	scram_verifier repl_pw "$repl_pw" || return 1
-	scram_verifier app_pw "$app_pw" || return 1
+	read_verifier su_pw "$ADMIN_SECRET_DIR/password-verifier" || return 1
+	read_verifier repl_pw "$ADMIN_SECRET_DIR/replication-password-verifier" || return 1
+	read_verifier app_pw "$ADMIN_SECRET_DIR/app-password-verifier" || return 1
 	psql_set su "$su"
 	psql_set su_pw "$su_pw"
 	psql_set repl "$repl"
@@ -332,6 +368,10 @@ sync_round() {
 	archive_round
 	key="$sum|$started"
 	[[ $applied != "$key" ]] || return 0
+	app_verifier_current || {
+		say_once "the app password in the credentials Secret is not the one the superuser Secret's app-password-verifier is of (edited since the function's last reconcile): waiting for the function to write its verifier"
+		return 1
+	}
 	if ! sync_sql | psql -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres >/dev/null; then
 		say_once "applying the passwords failed; retrying every ${SYNC_INTERVAL}s"
 		return 1

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/example/function-database/internal/promcrds"
+	"github.com/example/function-database/internal/scram"
 	"github.com/example/function-database/scripts"
 	"github.com/example/function-database/test/internal/testtools"
 )
@@ -387,7 +388,9 @@ func compareGolden(t *testing.T, name string, got []byte) {
 //   - a first password is random (crypto/rand): when no Secret is observed,
 //     every Secret's password and replication-password, wherever they occur in
 //     its data (uri, pgpass...), become <password> and <replication-password>
-//     (the superuser Secret's app-password copy becomes <password> too).
+//     (the superuser Secret's app-password copy becomes <password> too), and
+//     each SCRAM verifier of one (the superuser Secret's *-verifier keys)
+//     becomes <KEY> once it is checked to verify the password beside it.
 //     With observed Secrets the passwords are read back: they stay as they are.
 //   - Crossplane core reports "Composed resource ... is not yet ready" results
 //     in map order: those are sorted among themselves.
@@ -402,7 +405,7 @@ func normalize(t *testing.T, out []byte, randomPasswords bool) []byte {
 	for i, doc := range docs {
 		switch {
 		case randomPasswords && hasLine(doc, "kind: Secret"):
-			docs[i] = maskPasswords(doc)
+			docs[i] = maskPasswords(t, doc)
 		case hasLine(doc, "kind: ConfigMap"):
 			docs[i] = pinScripts(t, doc)
 		case hasLine(doc, "kind: Result") && hasLine(doc, "reason: ComposeResources"):
@@ -454,8 +457,9 @@ func pinScripts(t *testing.T, doc string) string {
 }
 
 // maskPasswords replaces the passwords in a Secret's data (base64 values, one
-// a line) with placeholders.
-func maskPasswords(doc string) string {
+// a line) with placeholders, and their verifiers once checked.
+func maskPasswords(t *testing.T, doc string) string {
+	t.Helper()
 	lines := strings.Split(doc, "\n")
 	start := slices.Index(lines, "data:")
 	if start < 0 {
@@ -481,6 +485,20 @@ func maskPasswords(doc string) string {
 			// The superuser Secret's copy of the app password.
 			placeholders[string(value)] = "<password>"
 		}
+	}
+	byKey := map[string]string{}
+	for _, e := range entries {
+		byKey[e.key] = e.value
+	}
+	for i, e := range entries {
+		password, isVerifier := strings.CutSuffix(e.key, "-verifier")
+		if !isVerifier {
+			continue
+		}
+		if !scram.Verifies(e.value, byKey[password]) {
+			t.Errorf("the Secret's %s does not verify its %s", e.key, password)
+		}
+		entries[i].value = "<" + e.key + ">"
 	}
 	for _, e := range entries {
 		for password, placeholder := range placeholders {
