@@ -15,8 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// guideSection is the README section whose commands TestPlatformGuide runs.
-const guideSection = "## Running it as a platform team"
+// guideSection is the section of docs/operating.md (guidePage) whose
+// commands TestPlatformGuide runs.
+const (
+	guidePage    = "docs/operating.md"
+	guideSection = "## Running it as a platform team"
+)
 
 // guideCommands reads the command lines of the section's sh blocks, in order.
 func guideCommands(readme string) ([]string, error) {
@@ -32,7 +36,7 @@ func guideCommands(readme string) ([]string, error) {
 	return out, err
 }
 
-// TestPlatformGuide runs the commands of the README's platform-team section
+// TestPlatformGuide runs the commands of docs/operating.md's platform-team section
 // verbatim, in order, from the repository root, with the pinned kubectl and
 // crossplane CLI, and checks what each is there to show. Pods here are
 // kwok's: that the app reaches PostgreSQL is appConnects' (real node).
@@ -42,12 +46,12 @@ func TestPlatformGuide(t *testing.T) {
 }
 
 func (s *suite) testPlatformGuide(t *testing.T) {
-	cmds, err := guideCommands(filepath.Join(s.root, "README.md"))
+	cmds, err := guideCommands(filepath.Join(s.root, guidePage))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cmds) == 0 {
-		t.Fatalf("no commands in README.md's %q", guideSection)
+		t.Fatalf("no commands in %s's %q", guidePage, guideSection)
 	}
 	sh := s.newShell(t, s.root)
 	sh.timeout = 11 * time.Minute // the guide's waits are 10 minutes at most
@@ -123,8 +127,8 @@ func (s *suite) testPlatformGuide(t *testing.T) {
 	})
 
 	// A user's cluster has no claim yet. LegacyClaim's claim has the
-	// README's name: left in place, the guide's wait for Ready would pass on
-	// what that scenario composed, not on what the README's commands do.
+	// guide's name: left in place, the guide's wait for Ready would pass on
+	// what that scenario composed, not on what the guide's commands do.
 	claim, err := readObject(s.example("legacy", "claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +165,7 @@ func (s *suite) testPlatformGuide(t *testing.T) {
 	}
 	for line := range checks {
 		if !ran[line] {
-			t.Errorf("no command %q in README.md's %q any more: update the guide or this test", line, guideSection)
+			t.Errorf("no command %q in %s's %q any more: update the guide or this test", line, guidePage, guideSection)
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // ownGroup is the API group TestOperate/OwnGroup moves the example's to.
 const ownGroup = "platform.acme.io"
 
-// ownGroupDatabase is TestOperate/OwnGroup: README's "Your own API group"
+// ownGroupDatabase is TestOperate/OwnGroup: docs/install.md's "Your own API group"
 // on a live control plane. The example's XRD and a real-node Composition
 // are renamed to another group, as README says (the XRD's name and group,
 // the Composition's compositeTypeRef); Crossplane establishes the XRD, its

@@ -600,7 +600,7 @@ func goldenDoc(t *testing.T, name, apiVersion, kind string) string {
 const ownGroup = "platform.acme.io"
 
 // TestRenderOwnGroup renders the example with its XRD, Composition and XR
-// moved to a platform's own API group, as README's "Your own API group"
+// moved to a platform's own API group, as docs/install.md's "Your own API group"
 // says to: the function reads an XR's spec and metadata, never its group,
 // so the render is the example's byte for byte but for the group.
 func TestRenderOwnGroup(t *testing.T) {
