@@ -676,7 +676,7 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 			t.Errorf("the old primary %s is not a standby: pg_is_in_recovery() = %q", c.from, rec)
 		}
 		if got := s.rejoinedBy(ns, c.from); c.rejoin != "" && got != c.rejoin {
-			t.Errorf("the old primary %s rejoined by %q, want %q", c.from, got, c.rejoin)
+			t.Errorf("the old primary %s rejoined by %q, want %q; why, from its postgres container's logs:\n%s", c.from, got, c.rejoin, s.rejoinLog(ns, c.from))
 		} else if c.rejoin != "" {
 			t.Logf("the old primary %s rejoined by %s", c.from, got)
 		}
@@ -825,6 +825,39 @@ func (s *suite) rejoinedBy(ns, pod string) string {
 		}
 	}
 	return "(neither in its logs)"
+}
+
+// rejoinLog is what pod's postgres container logged about its rejoin, in
+// its previous and current logs: the entrypoint's lines and postgres's about
+// recovery and timelines, the last 80 of each, so that a rejoin by clone
+// where a rewind was expected says why (the pod and its logs are gone by
+// the time anyone reads the test's output).
+func (s *suite) rejoinLog(ns, pod string) string {
+	var b strings.Builder
+	for _, previous := range []bool{true, false} {
+		raw, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+		fmt.Fprintf(&b, "--- %s log (previous: %v)", pod, previous)
+		if err != nil {
+			fmt.Fprintf(&b, ": %v\n", err)
+			continue
+		}
+		b.WriteString("\n")
+		var lines []string
+		for _, l := range strings.Split(string(raw), "\n") {
+			lower := strings.ToLower(l)
+			for _, word := range []string{"entrypoint", "rewind", "clone", "recovery", "timeline", "checkpoint"} {
+				if strings.Contains(lower, word) {
+					lines = append(lines, l)
+					break
+				}
+			}
+		}
+		if len(lines) > 80 {
+			lines = lines[len(lines)-80:]
+		}
+		b.WriteString(strings.Join(lines, "\n") + "\n")
+	}
+	return b.String()
 }
 
 // knownLost are acknowledged writes an asynchronous failover lost: later
