@@ -652,7 +652,21 @@ rewind_once() {
 	# standby that never streamed (seen). pg_rewind's documentation: run
 	# CHECKPOINT on a recently promoted source. Then the control file must
 	# show the newer timeline, or there is no rewind.
-	row=$(remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "CHECKPOINT" 120 && remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "SELECT timeline_id FROM pg_control_checkpoint()") || row=''
+	# The caller saw the primary answer a moment ago: no answer now is a
+	# connection that did not open within PEER_TIMEOUT on a loaded node, or
+	# a checkpoint that took long, not a verdict. Asked again, a few times,
+	# before this copy is thrown away for a whole clone (a suspect for an e2e
+	# rehearsal's former primary cloned where a rewind was expected, on a
+	# loaded machine; its logs were gone).
+	local tries=0 ask_tries=5
+	while :; do
+		row=$(remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "CHECKPOINT" 120 && remote_query "$PRIMARY_HOST:$PRIMARY_PORT" "SELECT timeline_id FROM pg_control_checkpoint()") || row=''
+		if [[ -n $row ]] || ((++tries >= ask_tries)); then
+			break
+		fi
+		log "the primary at $PRIMARY_HOST did not answer the checkpoint a rewind needs (try $tries of $ask_tries); asking again in ${RETRY_INTERVAL}s"
+		sleep "$RETRY_INTERVAL"
+	done
 	if [[ ! $row =~ ^[0-9]+$ ]] || ((row <= $(data_timeline))); then
 		log "the primary's checkpoint is not on a timeline newer than this copy's (answer '${row:-none}'): not rewinding"
 		return 1
