@@ -24,8 +24,8 @@
 # PEER_DOMAIN (the headless Service's domain: peers are N-k.PEER_DOMAIN),
 # PEER_TIMEOUT (seconds to connect to a peer, default 2; lib.sh remote_query),
 # PEER_HOSTS / PEER_ORDINALS (overrides for tests; lib.sh peer_hosts),
-# TERMINATION_LOG (default
-# /dev/termination-log: a restore from the archive reports there),
+# TERMINATION_LOG (default /dev/termination-log: a restore from the archive
+# reports there),
 # MONITOR_USER and MONITOR_UID (with metrics: the role the exporter logs in
 # as over the socket, and the uid it runs as; write_config).
 set -Eeuo pipefail

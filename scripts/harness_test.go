@@ -261,10 +261,10 @@ func newCluster(t *testing.T, tl *tools, root, name string) *cluster {
 // two never meets a password whose verifier is not there yet.
 func (c *cluster) setSecret(t *testing.T, secret, key, value string) {
 	t.Helper()
-	role, verifierKey := "", ""
+	role, verifierKey, copyKey := "", "", ""
 	switch secret + "/" + key {
 	case "app/password":
-		role, verifierKey = c.app, "app-password-verifier"
+		role, verifierKey, copyKey = c.app, "app-password-verifier", "app-password"
 	case "superuser/password":
 		role, verifierKey = c.su, "password-verifier"
 	case "superuser/replication-password":
@@ -274,8 +274,8 @@ func (c *cluster) setSecret(t *testing.T, secret, key, value string) {
 		salt := scram.StableSalt("scripts-test/" + c.name + "/" + role)
 		c.setSecretFile(t, "superuser", verifierKey, scram.Verifier(value, salt, scram.Iterations))
 	}
-	if secret == "app" && key == "password" {
-		c.setSecretFile(t, "superuser", "app-password", value)
+	if copyKey != "" {
+		c.setSecretFile(t, "superuser", copyKey, value)
 	}
 	c.setSecretFile(t, secret, key, value)
 }

@@ -37,8 +37,8 @@
 # and PEER_HOSTS / PEER_ORDINALS (lib.sh peer_hosts: the peers
 # check_isolation tries), ARCHIVE_RETRY_SECONDS (default 60: archive_round),
 # STATE_DIR (default /tmp, as entrypoint.sh), SCRIPTS_DIR (default this
-# script's directory: its postgresql.conf), MONITOR_USER (with metrics: the exporter's role, created
-# with pg_monitor on the primary).
+# script's directory: its postgresql.conf), MONITOR_USER (with metrics: the
+# exporter's role, created with pg_monitor on the primary).
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -99,13 +99,10 @@ secrets_read() {
 	_all=''
 	for f in "${secret_files[@]}"; do
 		[[ -r $f ]] || return 1
-		c=''
-		IFS= read -r -d '' c <"$f" || true
-		_all+="${#c}:$c;"
 	done
-	for f in "${verifier_files[@]}"; do
-		c=''
+	for f in "${secret_files[@]}" "${verifier_files[@]}"; do
 		if [[ -r $f ]]; then
+			c=''
 			IFS= read -r -d '' c <"$f" || true
 			_all+="${#c}:$c;"
 		else

@@ -2,6 +2,7 @@ package scram
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"sync"
 )
 
@@ -39,13 +40,8 @@ func (c *Memo) Verifier(password string, salt []byte, iterations int) string {
 	// included, so that two different inputs cannot share a key by moving
 	// bytes between fields.
 	h := sha256.New()
-	var n [8]byte
-	for _, field := range [][]byte{salt, []byte(password), {byte(iterations >> 24), byte(iterations >> 16), byte(iterations >> 8), byte(iterations)}} {
-		l := len(field)
-		for i := range n {
-			n[i] = byte(l >> (8 * (7 - i)))
-		}
-		h.Write(n[:])
+	for _, field := range [][]byte{salt, []byte(password), binary.BigEndian.AppendUint64(nil, uint64(iterations))} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(field))))
 		h.Write(field)
 	}
 	var key [sha256.Size]byte
