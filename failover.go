@@ -259,25 +259,24 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 
 	if job != nil {
 		count, from := jobCounter(job)
-		target := -1
-		if t, err := strconv.Atoi(job.Annotations[annotationFailoverTarget]); err == nil {
-			target = t
-		}
-		frozen := failoverJob(db, from, count, frozenImage(job, p.Image), replicas, target, switchoverReason(job), frozenFacts(job))
-		recorded := fp.Record.Count > count
-		switch {
-		case recorded:
+		target := jobTarget(job)
+		frozen := frozenFailoverJob(db, job, p.Image, replicas)
+		// Recorded once status.failover.count, read back, counts this
+		// Job; its outcome is its pod's termination message.
+		stage := stageOf(job, fp.Record.Count > count, out.Resolved)
+		switch stage {
+		case stageRecorded:
 			// Read back: the Job has done its work; dropping it lets the
 			// next failover start with a new one.
 			delete(fp.Require, requirementFailoverPods)
 			fp.Condition = failoverIdle(db, fp)
 			return fp
-		case jobSucceeded(job) && !out.Resolved:
+		case stageReading:
 			fp.Job, fp.InProgress = frozen, true
 			fp.Condition = condition{condFailover, fnv1.Status_STATUS_CONDITION_TRUE, reasonFailoverRunning, fmt.Sprintf(
 				"failover Job %s completed; reading its outcome", frozen.Name)}
 			return fp
-		case jobSucceeded(job):
+		case stageSucceeded:
 			fp.Job = frozen
 			fp.Record.Count = count + 1
 			promoted := out.Result == failoverResultPromoted && out.From == from && out.To >= 0 && out.To < int(replicas) && out.To != from
@@ -325,7 +324,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 				fp.UpdateSwitchoverFailed = switchoverReason(job) == reasonUpdate
 			}
 			return fp
-		case jobFailed(job):
+		case stageFailed:
 			fp.Job = frozen
 			fp.Record.Count = count + 1
 			fp.UpdateSwitchoverFailed = switchoverReason(job) == reasonUpdate
@@ -530,17 +529,6 @@ func jobCounter(j *batchv1.Job) (count int64, from int) {
 	return max(count, 0), max(from, 0)
 }
 
-// frozenImage is the image a composed Job runs, so that a minor roll does
-// not rewrite a Job's immutable template mid-run.
-func frozenImage(j *batchv1.Job, fallback string) string {
-	for _, c := range j.Spec.Template.Spec.Containers {
-		if c.Image != "" {
-			return c.Image
-		}
-	}
-	return fallback
-}
-
 // failoverFacts are what a new failover Job is told of the state it was
 // composed in (names.go): the durability, the timeline of the last recorded
 // failover (1 when none is), and the standbys fit to promote: those whose
@@ -568,6 +556,31 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 	}
 }
 
+// jobTarget is the ordinal a switchover Job was created to promote, -1 for
+// a failover Job.
+func jobTarget(j *batchv1.Job) int {
+	if t, err := strconv.Atoi(j.Annotations[annotationFailoverTarget]); err == nil {
+		return t
+	}
+	return -1
+}
+
+// frozenFailoverJob is the observed failover Job j composed again as it was
+// created: its count, lost primary and target from its annotations, its
+// image and its whole environment (the facts, the instances, the grace, the
+// mode) from its container, whatever the size, the input, the state or the
+// function version say now. Its pod template is immutable: a Job composed
+// from the values of now would fail every apply until it ended (a size
+// changed mid-failover once changed INSTANCES).
+func frozenFailoverJob(db *database, j *batchv1.Job, image string, replicas int32) *batchv1.Job {
+	count, from := jobCounter(j)
+	f := failoverJob(db, from, count, frozenImage(j, containerFailover, image), replicas, jobTarget(j), switchoverReason(j), frozenFacts(j))
+	if env := frozenContainerEnv(j, containerFailover); env != nil {
+		f.Spec.Template.Spec.Containers[0].Env = env
+	}
+	return f
+}
+
 // frozenFacts are the failoverFacts an observed Job was composed with, as
 // they were: the state has moved on since (a standby's readiness), and the
 // Job's pod template is immutable. A Job composed before one of them
@@ -575,14 +588,8 @@ func failoverFacts(db *database, o *observed, from int, replicas int32) []corev1
 func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	for _, name := range []string{scripts.EnvFenceSeconds, scripts.EnvDurability, scripts.EnvLastTimeline, scripts.EnvQualifiedOrdinals} {
-	search:
-		for _, c := range j.Spec.Template.Spec.Containers {
-			for _, e := range c.Env {
-				if e.Name == name && e.ValueFrom == nil {
-					out = append(out, corev1.EnvVar{Name: name, Value: e.Value})
-					break search
-				}
-			}
+		if v, ok := frozenEnv(j, name); ok {
+			out = append(out, corev1.EnvVar{Name: name, Value: v})
 		}
 	}
 	return out
@@ -616,45 +623,27 @@ func failoverJob(db *database, from int, count int64, image string, replicas int
 	if target >= 0 && reason != reasonSwitchover {
 		ann[annotationSwitchoverReason] = reason
 	}
-	return &batchv1.Job{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        db.Name + suffixFailover,
-			Namespace:   db.Namespace,
-			Labels:      labels(db, componentFailover),
-			Annotations: ann,
+	c := scriptContainer(containerFailover, image, scripts.Failover, env, jobResources(), []corev1.VolumeMount{
+		{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
+		{Name: volAdmin, MountPath: adminDir, ReadOnly: true},
+		{Name: volTmp, MountPath: tmpDir},
+	})
+	// The outcome (failover.sh's report: promoted, found, held) is read
+	// from the termination message file.
+	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	return oneShotJob(db, oneShot{
+		name:        db.Name + suffixFailover,
+		component:   componentFailover,
+		annotations: ann,
+		retries:     3,
+		deadline:    failoverDeadline,
+		container:   c,
+		volumes: []corev1.Volume{
+			scriptsVolume(db),
+			secretVolume(volAdmin, superuserName(db)),
+			{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
-		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](3),
-			ActiveDeadlineSeconds: ptr.To(int64(failoverDeadline / time.Second)),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentFailover)},
-				Spec: podSpecDefaults(corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					Containers: []corev1.Container{{
-						Name:            containerFailover,
-						Image:           image,
-						ImagePullPolicy: corev1.PullIfNotPresent,
-						Command:         []string{"bash", scriptsDir + "/" + scripts.Failover},
-						Env:             env,
-						Resources:       jobResources(),
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: volScripts, MountPath: scriptsDir, ReadOnly: true},
-							{Name: volAdmin, MountPath: adminDir, ReadOnly: true},
-							{Name: volTmp, MountPath: tmpDir},
-						},
-						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-						SecurityContext:          containerSecurityContext(),
-					}},
-					Volumes: []corev1.Volume{
-						scriptsVolume(db),
-						secretVolume(volAdmin, superuserName(db)),
-						{Name: volTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
-				}),
-			},
-		},
-	}
+	})
 }
 
 // podSelector asks Crossplane for the pods of the Database's namespace with

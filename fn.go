@@ -63,29 +63,14 @@ func (f *Function) RunFunction(_ context.Context, req *fnv1.RunFunctionRequest) 
 		response.Fatal(rsp, invalid("Database", errs))
 		return rsp, nil
 	}
-	o, err := readObserved(req.GetObserved().GetResources())
+	o, err := readRequest(req, db)
 	if err != nil {
 		response.Fatal(rsp, errors.Wrap(err, "cannot read the observed composed resources"))
 		return rsp, nil
 	}
-	o.RestoreRecord = readRestoreRecord(xr)
 	if err := forbiddenRestore(db, o); err != nil {
 		response.Fatal(rsp, err)
 		return rsp, nil
-	}
-	o.Source = lookupSource(req)
-	o.FailoverRecord = readFailoverRecord(xr)
-	o.RollRecord = readRollRecord(xr)
-	o.Instances = lookupInstances(req)
-	o.RestoreReport = lookupRestoreReport(req, podName(db, 0))
-	if !o.Instances.Resolved {
-		o.Instances = settledInstances(db, o.StatefulSet)
-	}
-	o.FailoverOutcome = lookupFailoverOutcome(req)
-	o.ObjectStorageSource = lookupObjectStorage(req)
-	o.DrillRecord = readDrillRecord(xr)
-	if o.Drill != nil && o.Drill.Status.LastScheduleTime != nil {
-		o.DrillOutcome = lookupDrillOutcome(req, o.Drill.Status.LastScheduleTime.Time)
 	}
 
 	p := makePlan(db, o, f.password)

@@ -30,7 +30,7 @@ type observed struct {
 	// RestoreRecord is the observed XR's status.restore, and Source what
 	// Crossplane's required resources say of the restoreFrom source: the
 	// restore's memory and its source (restore.go). readObserved leaves
-	// them empty; RunFunction reads them from the request.
+	// them empty; readRequest reads them from the request.
 	RestoreRecord *restoreStatus
 	// RestoreReport is what the first primary of a restore from the
 	// archive reported (its termination message), read from the instance
@@ -61,6 +61,40 @@ type observed struct {
 
 	// exists records every composed resource Crossplane observed.
 	exists map[resource.Name]bool
+}
+
+// readRequest is the one read stage: everything the function knows of the
+// world, decoded once into one typed view before any decision. The observed
+// composed resources (readObserved); the function's own records, read back
+// from the observed XR's status (the restore's, the failover's, the roll's,
+// the drill's); what Crossplane's required resources say (the restore's
+// source, the instance pods, the restore's and the failover Job's reports,
+// the platform's object storage Secret, the drill's pods). When the pods were
+// not asked for, the StatefulSet's status may settle their readiness
+// (settledInstances: a healthy Database costs one call).
+func readRequest(req *fnv1.RunFunctionRequest, db *database) (*observed, error) {
+	o, err := readObserved(req.GetObserved().GetResources())
+	if err != nil {
+		return nil, err
+	}
+	xr := req.GetObserved().GetComposite().GetResource()
+	o.RestoreRecord = readRestoreRecord(xr)
+	o.FailoverRecord = readFailoverRecord(xr)
+	o.RollRecord = readRollRecord(xr)
+	o.DrillRecord = readDrillRecord(xr)
+
+	o.Source = lookupSource(req)
+	o.Instances = lookupInstances(req)
+	if !o.Instances.Resolved {
+		o.Instances = settledInstances(db, o.StatefulSet)
+	}
+	o.RestoreReport = lookupRestoreReport(req, podName(db, 0))
+	o.FailoverOutcome = lookupFailoverOutcome(req)
+	o.ObjectStorageSource = lookupObjectStorage(req)
+	if o.Drill != nil && o.Drill.Status.LastScheduleTime != nil {
+		o.DrillOutcome = lookupDrillOutcome(req, o.Drill.Status.LastScheduleTime.Time)
+	}
+	return o, nil
 }
 
 // readObserved decodes the observed composed resources this function reads.

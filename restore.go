@@ -1,11 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -170,8 +166,12 @@ func planRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 		return planArchiveRestore(db, p, o)
 	}
 	rec, job := o.RestoreRecord, o.Restore
+	// The Job's conditions are the whole outcome (reported): restore.sh's
+	// mark makes a rerun after a success a no-op, so a success is recorded
+	// and the Job dropped in the same reconcile.
+	stage := stageOf(job, rec != nil && rec.Completed, true)
 	switch {
-	case rec != nil && rec.Completed:
+	case stage == stageRecorded:
 		var b []blocked
 		if spec.Database != rec.Source || spec.Backup != rec.Backup {
 			b = append(b, blocked{reasonRestoreAfterCreate, fmt.Sprintf(
@@ -179,14 +179,14 @@ func planRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 				spec.Database, spec.Backup, rec.Source, rec.Backup, completedAt(rec), spec.Database, spec.Backup)})
 		}
 		return &restorePlan{Status: rec, Condition: restoreSucceeded(rec)}, b
-	case jobSucceeded(job):
+	case stage == stageSucceeded:
 		// Recorded now and dropped now: should the status write be lost,
 		// the next reconcile composes the Job again, whose run finds the
 		// mark restore.sh left and succeeds without touching the data.
 		st := ranStatus(job, spec)
 		st.Completed, st.CompletionTime = true, job.Status.CompletionTime
 		return &restorePlan{Status: st, Condition: restoreSucceeded(st)}, nil
-	case job == nil && rec == nil && p.Initialized:
+	case stage == stageAbsent && rec == nil && p.Initialized:
 		return nil, []blocked{{reasonRestoreAfterCreate, fmt.Sprintf(
 			"spec.restoreFrom was set after the database was created; a restore runs only at creation and never over existing data. Create a new Database restoring from %s", spec.Database)}}
 	}
@@ -210,7 +210,7 @@ func planRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 			return rp, nil
 		}
 		rp.Job = frozen
-		if jobFailed(job) {
+		if stage == stageFailed {
 			rp.Failed = true
 			rp.Condition = restoreFailed(db, want, job)
 			return rp, nil
@@ -230,32 +230,19 @@ func planRestore(db *database, p *plan, o *observed) (*restorePlan, []blocked) {
 // frozenRun reads back what an observed restore Job runs: its image and
 // whether it is pinned beside the source's primary.
 func frozenRun(j *batchv1.Job, fallback string) (img string, beside bool) {
-	img = fallback
-	for _, c := range j.Spec.Template.Spec.Containers {
-		if c.Name == containerRestore && c.Image != "" {
-			img = c.Image
-		}
-	}
 	a := j.Spec.Template.Spec.Affinity
-	return img, a != nil && a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0
+	return frozenImage(j, containerRestore, fallback), a != nil && a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0
 }
 
 // ranStatus is what an observed Job ran, the spec's values where the Job
 // does not say (a Job of an earlier function version has no attempt).
 func ranStatus(j *batchv1.Job, spec *restoreSpec) *restoreStatus {
 	st := &restoreStatus{Source: spec.Database, Backup: spec.Backup}
-	for _, c := range j.Spec.Template.Spec.Containers {
-		if c.Name != containerRestore {
-			continue
-		}
-		for _, e := range c.Env {
-			switch e.Name {
-			case scripts.EnvRestoreSource:
-				st.Source = e.Value
-			case scripts.EnvRestoreBackup:
-				st.Backup = e.Value
-			}
-		}
+	if v, ok := frozenEnv(j, scripts.EnvRestoreSource); ok {
+		st.Source = v
+	}
+	if v, ok := frozenEnv(j, scripts.EnvRestoreBackup); ok {
+		st.Backup = v
 	}
 	if a, err := strconv.ParseInt(j.Annotations[annotationRestoreAttempt], 10, 64); err == nil {
 		st.Attempt = a
@@ -291,21 +278,12 @@ func restoreUnderWay(db *database, run restoreRun, j *batchv1.Job, src sourceLoo
 		"restoring %s (Job %s, bounded at %s)", what, restoreName(db), restoreDeadlineText)}
 }
 
-// exitCode finds the exit code in the message of a Job's Failed condition
-// set by its podFailurePolicy ("Container restore for pod ns/pod failed with
-// exit code 3 matching FailJob rule at index 1").
-var exitCode = regexp.MustCompile(`failed with exit code ([0-9]+)`)
-
 // restoreFailed names the cause of a failed restore Job from its Failed
 // condition, and the way to run it again.
 func restoreFailed(db *database, run restoreRun, j *batchv1.Job) condition {
-	c := jobFailure(j)
+	c, code := jobFailure(j), jobExitCode(j)
 	what := "backup " + run.Source + "/" + run.Backup
 	retry := fmt.Sprintf("set spec.restoreFrom.attempt to %d (or delete Job %s) to run it again", run.Attempt+1, restoreName(db))
-	code := 0
-	if m := exitCode.FindStringSubmatch(c.Message); c.Reason == batchv1.JobReasonPodFailurePolicy && m != nil {
-		code, _ = strconv.Atoi(m[1])
-	}
 	var reason, msg string
 	switch {
 	case code == restoreRefused:
@@ -332,15 +310,6 @@ func restoreFailed(db *database, run restoreRun, j *batchv1.Job) condition {
 	return condition{condRestored, fnv1.Status_STATUS_CONDITION_FALSE, reason, msg}
 }
 
-func jobFailure(j *batchv1.Job) batchv1.JobCondition {
-	for _, c := range j.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			return c
-		}
-	}
-	return batchv1.JobCondition{}
-}
-
 // restoreJob restores a backup of another Database into this one, once, at
 // creation. It mounts the source's backup volume read-only (it outlives its
 // Database under Retain) and restore.sh refuses a database that holds user
@@ -359,58 +328,26 @@ func restoreJob(db *database, run restoreRun) *batchv1.Job {
 		// would hang until the deadline.
 		affinity = besidePod(true, map[string]string{labelName: appName, labelInstance: run.Source, labelPodName: run.Source + "-0"})
 	}
-	j := &batchv1.Job{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        restoreName(db),
-			Namespace:   db.Namespace,
-			Labels:      labels(db, componentRestore),
-			Annotations: map[string]string{annotationRestoreAttempt: strconv.FormatInt(run.Attempt, 10)},
-		},
-		Spec: batchv1.JobSpec{
-			// The script waits for the new primary; retries cover a pod
-			// lost with its node. The deadline bounds them all.
-			BackoffLimit:          ptr.To[int32](6),
-			ActiveDeadlineSeconds: ptr.To(int64(restoreDeadline / time.Second)),
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				// A pod evicted (node drain, preemption) is not a failure
-				// of the restore: not counted against backoffLimit.
-				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
-					{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
-				}},
-				// Refused (the database holds tables) or no such backup:
-				// final, retrying the same run cannot change it.
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr.To(containerRestore), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{restoreRefused, restoreNoBackup},
-				}},
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels(db, componentRestore)},
-				Spec: podSpecDefaults(corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					Affinity:      affinity,
-					Containers:    []corev1.Container{jobContainer(containerRestore, run.Image, scripts.Restore, env, volRestore, restoreDir, true)},
-					Volumes:       jobVolumes(db, volRestore, backupsClaimName(run.Source), true),
-				}),
-			},
-		},
-	}
+	j := oneShotJob(db, oneShot{
+		name:        restoreName(db),
+		component:   componentRestore,
+		annotations: map[string]string{annotationRestoreAttempt: strconv.FormatInt(run.Attempt, 10)},
+		// The script waits for the new primary; retries cover a pod lost
+		// with its node. The deadline bounds them all.
+		retries:  6,
+		deadline: restoreDeadline,
+		// A pod evicted (node drain, preemption) is not a failure of the
+		// restore.
+		evictionFree: true,
+		// Refused (the database holds tables) or no such backup: final,
+		// retrying the same run cannot change it.
+		finalExits: []int32{restoreRefused, restoreNoBackup},
+		affinity:   affinity,
+		container:  jobContainer(containerRestore, run.Image, scripts.Restore, env, volRestore, restoreDir, true),
+		volumes:    jobVolumes(db, volRestore, backupsClaimName(run.Source), true),
+	})
 	j.Annotations[annotationRestoreHash] = jobHash(j)
 	return j
-}
-
-// jobHash is a hash of the Job as composed (before the hash annotation is
-// set): equal hashes, equal Jobs. encoding/json writes struct fields in
-// declaration order and map keys sorted, so it is stable for one build.
-func jobHash(j *batchv1.Job) string {
-	b, err := json.Marshal(j)
-	if err != nil {
-		// Never for these types; an empty hash matches no Job, so the
-		// worst case is a replaced Job, never a patched one.
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
 }
 
 // sourceSelector asks Crossplane for the source Database: a Database of the
