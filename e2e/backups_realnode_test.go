@@ -25,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/example/function-database/e2e/internal/pki"
+	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 	"github.com/example/function-database/internal/corrupt"
@@ -52,7 +54,7 @@ const (
 // objectStore is the running S3 server and where its bucket is on disk.
 type objectStore struct {
 	bucketDir string
-	proc      *proc
+	proc      *proc.Proc
 }
 
 var (
@@ -82,13 +84,13 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	if err := os.MkdirAll(o.bucketDir, 0o755); err != nil {
 		return nil, err
 	}
-	ca, err := newCA("function-database e2e object storage CA")
+	ca, err := pki.NewCA("function-database e2e object storage CA")
 	if err != nil {
 		return nil, err
 	}
 	host := s3Service + "." + s3Namespace + ".svc.cluster.local"
 	// pgBackRest checks DNS names only (an IP SAN is ignored).
-	certPEM, keyPEM, err := ca.issue(certSpec{cn: host, dns: []string{host}, server: true})
+	certPEM, keyPEM, err := ca.Issue(pki.CertSpec{CommonName: host, DNSNames: []string{host}, Server: true})
 	if err != nil {
 		return nil, err
 	}
@@ -99,17 +101,17 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	const access, secret = "e2e-archive", "e2e-archive-secret/key"
 	// On the bridge address, as CoreDNS and the API server's forwarder:
 	// on this machine only, reached by the pods through a Service.
-	o.proc = newProc(s.dir, "versitygw", s.node.binary("versitygw"),
+	o.proc = proc.New(s.dir, "versitygw", s.node.binary("versitygw"),
 		"--port", bridgeIP+":"+strconv.Itoa(port), "--cert", cert, "--key", key, "--quiet", "posix", filepath.Join(dir, "data"))
-	o.proc.env = []string{"ROOT_ACCESS_KEY=" + access, "ROOT_SECRET_KEY=" + secret}
-	if err := o.proc.start(); err != nil {
+	o.proc.Env = []string{"ROOT_ACCESS_KEY=" + access, "ROOT_SECRET_KEY=" + secret}
+	if err := o.proc.Start(); err != nil {
 		return nil, err
 	}
 	if err := retry(ctx, 30*time.Second, func() error {
@@ -119,7 +121,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 		}
 		return c.Close()
 	}); err != nil {
-		return nil, fmt.Errorf("versitygw not listening: %w\n%s", err, tailFile(o.proc.log, 20))
+		return nil, fmt.Errorf("versitygw not listening: %w\n%s", err, proc.TailFile(o.proc.Log, 20))
 	}
 	cs := s.k.cs
 	for _, ns := range []string{s3Namespace, s3SecretNamespace} {
@@ -148,7 +150,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: s3SecretName, Namespace: s3SecretNamespace},
-		Data:       map[string][]byte{"AWS_ACCESS_KEY_ID": []byte(access), "AWS_SECRET_ACCESS_KEY": []byte(secret), "ca.crt": ca.certPEM},
+		Data:       map[string][]byte{"AWS_ACCESS_KEY_ID": []byte(access), "AWS_SECRET_ACCESS_KEY": []byte(secret), "ca.crt": ca.CertPEM},
 	}
 	if _, err := cs.CoreV1().Secrets(s3SecretNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
@@ -350,12 +352,12 @@ func (s *suite) bucketUnreachable(t *testing.T, store *objectStore, d database, 
 		n, _ := strconv.ParseInt(s.superSQL(ns, primary, "SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()"), 10, 64)
 		return n
 	}
-	store.proc.stop(10 * time.Second)
+	store.proc.Stop(10 * time.Second)
 	stopped := time.Now()
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = store.proc.start()
+			_ = store.proc.Start()
 		}
 	}()
 	s.appDB(t, ns, primary, db, "CREATE TABLE churn (id int, pad text)")
@@ -384,7 +386,7 @@ func (s *suite) bucketUnreachable(t *testing.T, store *objectStore, d database, 
 	})
 	t.Logf("pg_wal back within %d MB %s after the stop (%d MB now)", bound>>20, time.Since(stopped).Round(time.Second), walBytes()>>20)
 
-	if err := store.proc.start(); err != nil {
+	if err := store.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	restarted = true

@@ -25,6 +25,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/example/function-database/e2e/internal/pki"
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 const (
@@ -38,13 +41,13 @@ const (
 type cluster struct {
 	dir  string
 	bin  string
-	pki  *pki
+	pki  *pki.PKI
 	kcfg string
 	host string
 	cfg  *rest.Config
 	kube *kube
 
-	etcd, apiserver, kcm, scheduler, kwok *proc
+	etcd, apiserver, kcm, scheduler, kwok *proc.Proc
 
 	// holdPVs holds back the volume provisioner for one namespace so a test
 	// can observe a Database whose pods cannot be scheduled yet.
@@ -60,9 +63,9 @@ type cluster struct {
 	realNS      sync.Map // namespace → bool
 }
 
-func (c *cluster) procs() []*proc {
-	var out []*proc
-	for _, p := range []*proc{c.etcd, c.apiserver, c.kcm, c.scheduler, c.kwok} {
+func (c *cluster) procs() []*proc.Proc {
+	var out []*proc.Proc
+	for _, p := range []*proc.Proc{c.etcd, c.apiserver, c.kcm, c.scheduler, c.kwok} {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -77,22 +80,22 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 	c.holdPVs.Store("")
 	var err error
 	t0 := time.Now()
-	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+	if c.pki, err = pki.New(filepath.Join(dir, "pki")); err != nil {
 		return c, fmt.Errorf("pki: %w", err)
 	}
 
 	// etcd
-	etcdClient, err := freePort()
+	etcdClient, err := proc.FreePort()
 	if err != nil {
 		return c, err
 	}
-	etcdPeer, err := freePort()
+	etcdPeer, err := proc.FreePort()
 	if err != nil {
 		return c, err
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	c.etcd = newProc(dir, "etcd", c.binary("etcd"),
+	c.etcd = proc.New(dir, "etcd", c.binary("etcd"),
 		"--name=e2e",
 		"--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+clientURL,
@@ -104,7 +107,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--listen-metrics-urls=",
 		"--log-level=warn",
 	)
-	if err := c.etcd.start(); err != nil {
+	if err := c.etcd.Start(); err != nil {
 		return c, err
 	}
 	if err := waitHTTP(ctx, clientURL+"/health", nil, c.etcd); err != nil {
@@ -113,12 +116,12 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 	logf("etcd up on %s (%s)", clientURL, time.Since(t0).Round(time.Millisecond))
 
 	// kube-apiserver
-	apiPort, err := freePort()
+	apiPort, err := proc.FreePort()
 	if err != nil {
 		return c, err
 	}
 	c.host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	c.apiserver = newProc(dir, "kube-apiserver", c.binary("kube-apiserver"),
+	c.apiserver = proc.New(dir, "kube-apiserver", c.binary("kube-apiserver"),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort),
@@ -126,12 +129,12 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--endpoint-reconciler-type=none",
 		"--authorization-mode=Node,RBAC",
 		"--service-cluster-ip-range=10.0.0.0/24",
-		"--client-ca-file="+c.pki.caCrt,
-		"--tls-cert-file="+c.pki.apiCrt,
-		"--tls-private-key-file="+c.pki.apiKey,
+		"--client-ca-file="+c.pki.CACert,
+		"--tls-cert-file="+c.pki.APIServerCert,
+		"--tls-private-key-file="+c.pki.APIServerKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+c.pki.saPub,
-		"--service-account-signing-key-file="+c.pki.saKey,
+		"--service-account-key-file="+c.pki.ServiceAccountPub,
+		"--service-account-signing-key-file="+c.pki.ServiceAccountKey,
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--enable-priority-and-fairness=false",
@@ -139,8 +142,8 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		// (node selector and taint toleration per namespace, see node_test.go).
 		"--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
 		// Logs and exec on the real node's pods go through its kubelet.
-		"--kubelet-client-certificate="+c.pki.adminCrt,
-		"--kubelet-client-key="+c.pki.adminKey,
+		"--kubelet-client-certificate="+c.pki.AdminCert,
+		"--kubelet-client-key="+c.pki.AdminKey,
 		"--kubelet-preferred-address-types=InternalIP",
 		// The API server turns a watch from resourceVersion 0 (kwok's) into
 		// a streaming list, which needs etcd progress requests (etcd
@@ -149,18 +152,18 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--feature-gates=WatchList=false",
 		"--v=1",
 	)
-	if err := c.apiserver.start(); err != nil {
+	if err := c.apiserver.Start(); err != nil {
 		return c, err
 	}
-	if c.kcfg, err = c.pki.kubeconfig(c.host); err != nil {
+	if c.kcfg, err = c.pki.Kubeconfig(c.host); err != nil {
 		return c, err
 	}
 	c.cfg = &rest.Config{
 		Host: c.host,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   c.pki.caPEMs,
-			CertData: c.pki.adminCertPEM,
-			KeyData:  c.pki.adminKeyPEM,
+			CAData:   c.pki.CAPEM,
+			CertData: c.pki.AdminCertPEM,
+			KeyData:  c.pki.AdminKeyPEM,
 		},
 		Timeout: 30 * time.Second,
 	}
@@ -178,16 +181,16 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 
 	// kube-controller-manager: the StatefulSet controller (pods, PVCs), the
 	// garbage collector (XR deletion), the PV binder (our provisioner's PVs).
-	c.kcm = newProc(dir, "kube-controller-manager", c.binary("kube-controller-manager"),
+	c.kcm = proc.New(dir, "kube-controller-manager", c.binary("kube-controller-manager"),
 		"--kubeconfig="+c.kcfg,
 		"--authentication-kubeconfig="+c.kcfg,
 		"--authorization-kubeconfig="+c.kcfg,
 		"--bind-address=127.0.0.1",
 		"--secure-port=0",
-		"--service-account-private-key-file="+c.pki.saKey,
-		"--root-ca-file="+c.pki.caCrt,
-		"--cluster-signing-cert-file="+c.pki.caCrt,
-		"--cluster-signing-key-file="+c.pki.caKey,
+		"--service-account-private-key-file="+c.pki.ServiceAccountKey,
+		"--root-ca-file="+c.pki.CACert,
+		"--cluster-signing-cert-file="+c.pki.CACert,
+		"--cluster-signing-key-file="+c.pki.CAKey,
 		"--use-service-account-credentials=false",
 		"--leader-elect=false",
 		"--pvclaimbinder-sync-period=2s",
@@ -197,7 +200,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--node-monitor-grace-period=20s",
 		"--v=1",
 	)
-	c.scheduler = newProc(dir, "kube-scheduler", c.binary("kube-scheduler"),
+	c.scheduler = proc.New(dir, "kube-scheduler", c.binary("kube-scheduler"),
 		"--kubeconfig="+c.kcfg,
 		"--authentication-kubeconfig="+c.kcfg,
 		"--authorization-kubeconfig="+c.kcfg,
@@ -206,7 +209,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--leader-elect=false",
 		"--v=1",
 	)
-	c.kwok = newProc(dir, "kwok", c.binary("kwok"),
+	c.kwok = proc.New(dir, "kwok", c.binary("kwok"),
 		"--kubeconfig="+c.kcfg,
 		// Only the fake node: the real node's kubelet runs its own pods.
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
@@ -219,8 +222,8 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 		"--config="+c.binary("kwok-stages.yaml"),
 		"--v=INFO",
 	)
-	for _, p := range []*proc{c.kcm, c.scheduler, c.kwok} {
-		if err := p.start(); err != nil {
+	for _, p := range []*proc.Proc{c.kcm, c.scheduler, c.kwok} {
+		if err := p.Start(); err != nil {
 			return c, err
 		}
 	}
@@ -296,9 +299,9 @@ func (c *cluster) kwokNode(ctx context.Context, name, zone string, pair bool) er
 				return nil
 			}
 		}
-		for _, p := range []*proc{c.kcm, c.scheduler, c.kwok} {
-			if ended, err := p.exited(); ended {
-				return fmt.Errorf("%s exited: %w", p.name, err)
+		for _, p := range []*proc.Proc{c.kcm, c.scheduler, c.kwok} {
+			if ended, err := p.Exited(); ended {
+				return fmt.Errorf("%s exited: %w", p.Name, err)
 			}
 		}
 		return fmt.Errorf("node %s not Ready (kwok)", name)
@@ -313,7 +316,7 @@ func (c *cluster) stop() {
 	}
 	ps := c.procs()
 	for i := len(ps) - 1; i >= 0; i-- {
-		ps[i].stop(k8sStop)
+		ps[i].Stop(k8sStop)
 	}
 }
 
@@ -483,7 +486,7 @@ func (c *cluster) isRealNamespace(ctx context.Context, ns string) bool {
 	return real
 }
 
-func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc) error {
+func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc.Proc) error {
 	cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
 	var last string
 	for {
@@ -497,8 +500,8 @@ func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc) erro
 		} else {
 			last = err.Error()
 		}
-		if ended, perr := p.exited(); ended {
-			return fmt.Errorf("%s exited (%w) before %s answered", p.name, perr, url)
+		if ended, perr := p.Exited(); ended {
+			return fmt.Errorf("%s exited (%w) before %s answered", p.Name, perr, url)
 		}
 		select {
 		case <-ctx.Done():

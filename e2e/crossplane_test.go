@@ -19,6 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/example/function-database/e2e/internal/pki"
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 const (
@@ -43,21 +46,21 @@ var (
 type crossplane struct {
 	dir   string
 	cl    *cluster
-	core  *proc
-	rbac  *proc // the RBAC manager
-	fn    *proc
+	core  *proc.Proc
+	rbac  *proc.Proc // the RBAC manager
+	fn    *proc.Proc
 	fnBin string
 
 	fnAddr   string
 	fnTLS    map[string][]byte // the function's server certificate, key and CA
 	fnName   string            // the Function the Configuration's dependency became
-	clientCA *ca               // Crossplane's CA, made by `core init`
+	clientCA *pki.CA           // Crossplane's CA, made by `core init`
 	logf     func(string, ...any)
 }
 
-func (x *crossplane) procs() []*proc {
-	var out []*proc
-	for _, p := range []*proc{x.core, x.rbac, x.fn} {
+func (x *crossplane) procs() []*proc.Proc {
+	var out []*proc.Proc
+	for _, p := range []*proc.Proc{x.core, x.rbac, x.fn} {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -69,13 +72,13 @@ func (x *crossplane) stop() {
 	// Core first: it must not see the function vanish mid-reconcile and
 	// record errors that a later step would trip over.
 	if x.core != nil {
-		x.core.stop(15 * time.Second)
+		x.core.Stop(15 * time.Second)
 	}
 	if x.rbac != nil {
-		x.rbac.stop(5 * time.Second)
+		x.rbac.Stop(5 * time.Second)
 	}
 	if x.fn != nil {
-		x.fn.stop(5 * time.Second)
+		x.fn.Stop(5 * time.Second)
 	}
 }
 
@@ -90,7 +93,7 @@ func coreModule(ctx context.Context, logDir, coreBin string) (string, error) {
 	if !strings.HasPrefix(version, "v") {
 		return "", fmt.Errorf("cannot tell the version of %s (%s)", coreBin, target)
 	}
-	out, err := output(ctx, filepath.Join(logDir, "go.log"), os.TempDir(), "go", "mod", "download", "-json", "github.com/crossplane/crossplane/v2@"+version)
+	out, err := proc.Output(ctx, filepath.Join(logDir, "go.log"), os.TempDir(), "go", "mod", "download", "-json", "github.com/crossplane/crossplane/v2@"+version)
 	if err != nil {
 		return "", fmt.Errorf("go mod download crossplane %s: %w", version, err)
 	}
@@ -162,7 +165,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	var initErr error
 	for attempt := 1; attempt <= 8; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		initErr = run(actx, initLog, x.dir, initEnv, coreBin, "core", "init", "--enable-webhooks=false")
+		initErr = proc.Run(actx, initLog, x.dir, initEnv, coreBin, "core", "init", "--enable-webhooks=false")
 		cancel()
 		if initErr == nil {
 			break
@@ -171,7 +174,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		time.Sleep(2 * time.Second)
 	}
 	if initErr != nil {
-		return x, fmt.Errorf("crossplane core init: %w\n%s", initErr, tailFile(initLog, 20))
+		return x, fmt.Errorf("crossplane core init: %w\n%s", initErr, proc.TailFile(initLog, 20))
 	}
 	logf("crossplane core init done (%s)", time.Since(t0).Round(time.Millisecond))
 	if err := x.startRBACManager(ctx, dir, coreBin); err != nil {
@@ -193,33 +196,33 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	if err != nil {
 		return x, err
 	}
-	if x.clientCA, err = caFromPEM(caSecret.Data["tls.crt"], caSecret.Data["tls.key"]); err != nil {
+	if x.clientCA, err = pki.ParseCA(caSecret.Data["tls.crt"], caSecret.Data["tls.key"]); err != nil {
 		return x, fmt.Errorf("secret %s: %w", xpCASecret, err)
 	}
 
 	// The function, serving mTLS on a free loopback port: a server cert for
 	// 127.0.0.1 from Crossplane's CA, and that CA to check Crossplane's
 	// client certificate.
-	crt, key, err := x.clientCA.issue(certSpec{cn: fnName, dns: []string{"localhost", fnName}, ips: []net.IP{net.ParseIP("127.0.0.1")}, server: true})
+	crt, key, err := x.clientCA.Issue(pki.CertSpec{CommonName: fnName, DNSNames: []string{"localhost", fnName}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, Server: true})
 	if err != nil {
 		return x, err
 	}
-	x.fnTLS = map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": x.clientCA.certPEM}
+	x.fnTLS = map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": x.clientCA.CertPEM}
 	fnDir := filepath.Join(x.dir, "function-tls")
 	if err := writeFiles(fnDir, x.fnTLS, "tls.crt", "tls.key", "ca.crt"); err != nil {
 		return x, err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return x, err
 	}
 	x.fnAddr = "127.0.0.1:" + strconv.Itoa(port)
-	x.fn = newProc(dir, "function", fnBin, "--address="+x.fnAddr, "--tls-server-certs-dir="+fnDir, "--metrics-address=", "--debug")
-	if err := x.fn.start(); err != nil {
+	x.fn = proc.New(dir, "function", fnBin, "--address="+x.fnAddr, "--tls-server-certs-dir="+fnDir, "--metrics-address=", "--debug")
+	if err := x.fn.Start(); err != nil {
 		return x, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = waitTCP(wctx, x.fnAddr, x.fn)
+	err = proc.WaitTCP(wctx, x.fnAddr, x.fn)
 	cancel()
 	if err != nil {
 		return x, fmt.Errorf("function: %w", err)
@@ -233,7 +236,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return x, err
 	}
-	x.core = newProc(dir, "crossplane", coreBin, "core", "start",
+	x.core = proc.New(dir, "crossplane", coreBin, "core", "start",
 		"--package-runtime=External",
 		// The loopback registry's CA, for pulling packages (added to the
 		// system's roots).
@@ -254,8 +257,8 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		"--circuit-breaker-refill-rate=10",
 		"--debug",
 	)
-	x.core.env = env
-	if err := x.core.start(); err != nil {
+	x.core.Env = env
+	if err := x.core.Start(); err != nil {
 		return x, err
 	}
 
@@ -265,8 +268,8 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 
 // restartCore stops Crossplane core by its PID and starts it again.
 func (x *crossplane) restartCore() error {
-	x.core.stop(15 * time.Second)
-	return x.core.start()
+	x.core.Stop(15 * time.Second)
+	return x.core.Start()
 }
 
 // The package object the suite applies, typed: pkg.crossplane.io/v1beta1
@@ -356,8 +359,8 @@ func (x *crossplane) servePackages(ctx context.Context) error {
 	// its runtime healthy, again whenever core overwrites a status it read
 	// before our update.
 	for ctx.Err() == nil {
-		if ended, err := x.core.exited(); ended {
-			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.tail(30))
+		if ended, err := x.core.Exited(); ended {
+			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.Tail(30))
 		}
 		last = ""
 		cfgReady := false

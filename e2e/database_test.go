@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // Bounds of the waits. Crossplane reconciles an XR within a second or two
@@ -395,7 +397,7 @@ func (s *suite) testPermissions(t *testing.T) {
 	}
 	t.Logf("ClusterRole %s deleted: core may no longer do %d things it granted", role.GetName(), len(onlyOurs))
 
-	logStart := fileSize(s.xp.core.log)
+	logStart := proc.FileSize(s.xp.core.Log)
 	xr := exampleXR(t)
 	xr.SetNamespace(ns)
 	d := s.create(t, xr)
@@ -415,7 +417,7 @@ func (s *suite) testPermissions(t *testing.T) {
 				forbidden = append(forbidden, "event "+e.Reason+": "+e.Message)
 			}
 		}
-		for _, l := range strings.Split(readFrom(s.xp.core.log, logStart), "\n") {
+		for _, l := range strings.Split(proc.ReadFrom(s.xp.core.Log, logStart), "\n") {
 			if strings.Contains(l, "forbidden") && strings.Contains(l, user) {
 				forbidden = append(forbidden, "core's log: "+l)
 				break
@@ -696,11 +698,11 @@ func (s *suite) testPasswordStable(t *testing.T) {
 			t.Fatalf("password of %s-credentials changed after reconcile %d", d.name, i)
 		}
 	}
-	t.Logf("restarting Crossplane core (pid %d)", s.xp.core.pid())
+	t.Logf("restarting Crossplane core (pid %d)", s.xp.core.PID())
 	if err := s.xp.restartCore(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Crossplane core restarted (pid %d)", s.xp.core.pid())
+	t.Logf("Crossplane core restarted (pid %d)", s.xp.core.PID())
 	s.touch(t, d, 0)
 	s.waitReady(t, d)
 	if p := s.password(t, d.ns, d.name); p != p0 {

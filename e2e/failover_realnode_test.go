@@ -277,13 +277,13 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 			c := j.Annotations["database.example.com/failover-count"]
 			return c == strconv.FormatInt(count, 10), "a Job with count " + c
 		})
-		s.xp.core.stop(15 * time.Second)
+		s.xp.core.Stop(15 * time.Second)
 		t.Log("Crossplane core stopped")
 		time.Sleep(45 * time.Second)
 		if p := str(d.get(t), "status", "primary"); p != from {
 			t.Errorf("status.primary moved to %s while Crossplane was down", p)
 		}
-		if err := s.xp.core.start(); err != nil {
+		if err := s.xp.core.Start(); err != nil {
 			t.Fatalf("restart Crossplane core: %v", err)
 		}
 		t.Log("Crossplane core started again")

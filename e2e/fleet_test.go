@@ -23,6 +23,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // TestFleet is the cost of a fleet on the kwok control plane (issue 26):
@@ -112,11 +114,11 @@ func TestFleet(t *testing.T) {
 	// for four times the reconciles at rest and a log line per event. The
 	// function keeps its --debug: one line per request, which the
 	// restarts below read.
-	suiteArgs := s.xp.core.args
-	s.xp.core.args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
+	suiteArgs := s.xp.core.Args
+	s.xp.core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
 		return a == "--debug" || strings.HasPrefix(a, "--poll-interval=")
 	})
-	t.Cleanup(func() { s.xp.core.args = suiteArgs })
+	t.Cleanup(func() { s.xp.core.Args = suiteArgs })
 	if err := s.xp.restartCore(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +188,13 @@ func TestFleet(t *testing.T) {
 		do   func() error
 	}{
 		{"RestartFunction", func() error {
-			s.xp.fn.stop(15 * time.Second)
-			return s.xp.fn.start()
+			s.xp.fn.Stop(15 * time.Second)
+			return s.xp.fn.Start()
 		}},
 		{"RestartCore", s.xp.restartCore},
 	} {
 		s.step(t, restart.name, func(t *testing.T) {
-			from := fileSize(s.xp.fn.log)
+			from := proc.FileSize(s.xp.fn.Log)
 			t1 := time.Now()
 			if err := restart.do(); err != nil {
 				t.Fatal(err)
@@ -200,7 +202,7 @@ func TestFleet(t *testing.T) {
 			// Every Database composed again by the restarted process (or
 			// through it), judged by the function's own log.
 			eventually(t, readyWithin, fmt.Sprintf("every Database composed after %s", restart.name), func() (bool, string) {
-				seen := composedSince(s.xp.fn.log, from)
+				seen := composedSince(s.xp.fn.Log, from)
 				missing := 0
 				for _, d := range names {
 					if !seen[d.ns+"/"+d.name] {
@@ -235,10 +237,10 @@ const fleetNamespaces = 10
 
 // controlPlane are the processes whose CPU a fleet costs: the cluster's,
 // Crossplane's and the function's, by name.
-func (s *suite) controlPlane() map[string]*proc {
-	out := map[string]*proc{}
+func (s *suite) controlPlane() map[string]*proc.Proc {
+	out := map[string]*proc.Proc{}
 	for _, p := range slices.Concat(s.cl.procs(), s.xp.procs()) {
-		out[p.name] = p
+		out[p.Name] = p
 	}
 	return out
 }
@@ -323,7 +325,7 @@ var composedLine = regexp.MustCompile(`Composed a Database\s+\{"xr-name": "([^"]
 // says it composed after offset.
 func composedSince(log string, offset int64) map[string]bool {
 	out := map[string]bool{}
-	for _, m := range composedLine.FindAllStringSubmatch(readFrom(log, offset), -1) {
+	for _, m := range composedLine.FindAllStringSubmatch(proc.ReadFrom(log, offset), -1) {
 		out[m[2]+"/"+m[1]] = true
 	}
 	return out
@@ -333,11 +335,11 @@ func composedSince(log string, offset int64) map[string]bool {
 // 100 on Linux), by name.
 type cpuTicks map[string]int64
 
-func cpuOf(t *testing.T, procs map[string]*proc) cpuTicks {
+func cpuOf(t *testing.T, procs map[string]*proc.Proc) cpuTicks {
 	t.Helper()
 	out := cpuTicks{}
 	for name, p := range procs {
-		pid := p.pid()
+		pid := p.PID()
 		if pid == 0 {
 			continue
 		}
@@ -384,11 +386,11 @@ func reportCPU(t *testing.T, what string, wall time.Duration, from, to cpuTicks)
 }
 
 // reportMemory logs each process's resident memory now.
-func reportMemory(t *testing.T, procs map[string]*proc) {
+func reportMemory(t *testing.T, procs map[string]*proc.Proc) {
 	t.Helper()
 	var lines []string
 	for _, name := range slices.Sorted(maps.Keys(procs)) {
-		pid := procs[name].pid()
+		pid := procs[name].PID()
 		if pid == 0 {
 			continue
 		}

@@ -224,7 +224,7 @@ func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
 		out = append(out, fmt.Sprintf("dial %s %s:9443: %v", pods[i].Name, pods[i].Status.PodIP, err))
 	}
 	var lines []string
-	for l := range strings.SplitSeq(s.xp.core.tail(400), "\n") {
+	for l := range strings.SplitSeq(s.xp.core.Tail(400), "\n") {
 		if strings.Contains(l, s.xp.fnName) || strings.Contains(l, "RunFunction") || strings.Contains(l, "DeadlineExceeded") {
 			lines = append(lines, l)
 		}

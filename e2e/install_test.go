@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // installSection is the README section a platform team follows to install
@@ -124,7 +126,7 @@ func (s *suite) readmeInstall(ctx context.Context) error {
 			if serveErr != nil {
 				err = fmt.Errorf("%w (and the runtime: %s)", err, serveErr.Error())
 			}
-			return fmt.Errorf("README.md %q, block %d: %w\n%s\n%s", installSection, i+1, err, b, tailFile(logPath, 40))
+			return fmt.Errorf("README.md %q, block %d: %w\n%s\n%s", installSection, i+1, err, b, proc.TailFile(logPath, 40))
 		}
 		s.installed = append(s.installed, installedBlock{text: b, took: time.Since(t0)})
 		logf("README install block %d of %d ran verbatim (%s)", i+1, len(blocks), time.Since(t0).Round(time.Millisecond))

@@ -23,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // suite is everything TestMain starts, shared by the tests.
@@ -226,9 +228,9 @@ func (s *suite) setup(ctx context.Context) error {
 	fnErr := make(chan error, 1)
 	go func() {
 		t0 := time.Now()
-		err := run(ctx, filepath.Join(logDir, "go-build.log"), s.root, nil, "go", "build", "-o", fnBin, ".")
+		err := proc.Run(ctx, filepath.Join(logDir, "go-build.log"), s.root, nil, "go", "build", "-o", fnBin, ".")
 		if err != nil {
-			fnErr <- fmt.Errorf("go build of the function: %w\n%s", err, tailFile(filepath.Join(logDir, "go-build.log"), 30))
+			fnErr <- fmt.Errorf("go build of the function: %w\n%s", err, proc.TailFile(filepath.Join(logDir, "go-build.log"), 30))
 			return
 		}
 		logf("function built (%s)", time.Since(t0).Round(time.Millisecond))
@@ -279,14 +281,14 @@ func (s *suite) tools(ctx context.Context, logDir string) (string, error) {
 		bin = filepath.Join(cache, "bin")
 	} else {
 		log := filepath.Join(logDir, "tools.log")
-		out, err := output(ctx, log, s.root, "bash", "hack/cluster-tools.sh")
+		out, err := proc.Output(ctx, log, s.root, "bash", "hack/cluster-tools.sh")
 		if err != nil {
-			return "", fmt.Errorf("hack/cluster-tools.sh: %w\n%s", err, tailFile(log, 30))
+			return "", fmt.Errorf("hack/cluster-tools.sh: %w\n%s", err, proc.TailFile(log, 30))
 		}
 		bin = strings.TrimSpace(lastLine(out))
-		out, err = output(ctx, log, s.root, "bash", "hack/tools.sh")
+		out, err = proc.Output(ctx, log, s.root, "bash", "hack/tools.sh")
 		if err != nil {
-			return "", fmt.Errorf("hack/tools.sh: %w\n%s", err, tailFile(log, 30))
+			return "", fmt.Errorf("hack/tools.sh: %w\n%s", err, proc.TailFile(log, 30))
 		}
 		if b := strings.TrimSpace(lastLine(out)); b != bin {
 			return "", fmt.Errorf("tools in two folders: %s and %s", bin, b)
@@ -561,8 +563,8 @@ func (s *suite) waitXRDRoles(ctx context.Context, name string) error {
 	if err := s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...); err != nil {
 		msg := fmt.Sprintf("XRD %s: the RBAC manager's roles never reached core: %v", name, err)
 		if p := s.xp.rbac; p != nil {
-			if ended, perr := p.exited(); ended {
-				msg += fmt.Sprintf("\nthe RBAC manager exited (%v):\n%s", perr, p.tail(20))
+			if ended, perr := p.Exited(); ended {
+				msg += fmt.Sprintf("\nthe RBAC manager exited (%v):\n%s", perr, p.Tail(20))
 			}
 		}
 		return errors.New(msg)
@@ -570,8 +572,8 @@ func (s *suite) waitXRDRoles(ctx context.Context, name string) error {
 	return nil
 }
 
-func (s *suite) procs() []*proc {
-	var ps []*proc
+func (s *suite) procs() []*proc.Proc {
+	var ps []*proc.Proc
 	if s.cl != nil {
 		ps = append(ps, s.cl.procs()...)
 	}
@@ -614,8 +616,8 @@ func (s *suite) stop() {
 func (s *suite) dumpLogs(n int) {
 	seen := map[string]bool{}
 	for _, p := range s.procs() {
-		seen[p.log] = true
-		fmt.Printf("\n----- last %d lines of %s (pid %d, %s) -----\n%s\n", n, p.name, p.pid(), p.log, p.tail(n))
+		seen[p.Log] = true
+		fmt.Printf("\n----- last %d lines of %s (pid %d, %s) -----\n%s\n", n, p.Name, p.PID(), p.Log, p.Tail(n))
 	}
 	logs, _ := filepath.Glob(filepath.Join(s.dir, "logs", "*.log"))
 	// The real node's pods: every container's log (podLogsDir/<pod>/<container>/N.log).
@@ -624,7 +626,7 @@ func (s *suite) dumpLogs(n int) {
 	pods = append(pods, poolPods...)
 	for _, l := range append(logs, pods...) {
 		if !seen[l] {
-			fmt.Printf("\n----- last %d lines of %s -----\n%s\n", n, l, tailFile(l, n))
+			fmt.Printf("\n----- last %d lines of %s -----\n%s\n", n, l, proc.TailFile(l, n))
 		}
 	}
 }

@@ -32,6 +32,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/pki"
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // The real node: kubelet, kube-proxy, containerd + runc + CNI bridge, CoreDNS
@@ -85,14 +88,14 @@ type node struct {
 	// nodes import the first node's).
 	tars []string
 
-	containerd, kubelet, proxy, dns, router *proc
+	containerd, kubelet, proxy, dns, router *proc.Proc
 	guard                                   bool
 	api                                     net.Listener // exposeAPI's
 }
 
-func (n *node) procs() []*proc {
-	var out []*proc
-	for _, p := range []*proc{n.containerd, n.kubelet, n.proxy, n.dns, n.router} {
+func (n *node) procs() []*proc.Proc {
+	var out []*proc.Proc
+	for _, p := range []*proc.Proc{n.containerd, n.kubelet, n.proxy, n.dns, n.router} {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -210,8 +213,8 @@ func (n *node) procName(what string) string {
 
 // sh runs a setup command; its output goes to the node's setup log.
 func (n *node) sh(ctx context.Context, bin string, args ...string) error {
-	if err := run(ctx, n.log(), n.dir, nil, bin, args...); err != nil {
-		return fmt.Errorf("%s %s: %w\n%s", bin, strings.Join(args, " "), err, tailFile(n.log(), 5))
+	if err := proc.Run(ctx, n.log(), n.dir, nil, bin, args...); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", bin, strings.Join(args, " "), err, proc.TailFile(n.log(), 5))
 	}
 	return nil
 }
@@ -340,20 +343,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 	if err := os.WriteFile(n.path("cni", "net.d", "10-fdb-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	n.containerd = newProc(n.cl.dir, n.procName("containerd"), "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
+	n.containerd = proc.New(n.cl.dir, n.procName("containerd"), "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
 	return n.runContainerd(ctx)
 }
 
 // runContainerd starts the node's containerd (again, after kill) and waits
 // until it answers.
 func (n *node) runContainerd(ctx context.Context) error {
-	if err := n.containerd.start(); err != nil {
+	if err := n.containerd.Start(); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	return retry(wctx, 60*time.Second, func() error {
-		if ended, err := n.containerd.exited(); ended {
+		if ended, err := n.containerd.Exited(); ended {
 			return fmt.Errorf("containerd exited: %w", err)
 		}
 		return exec.CommandContext(wctx, "ctr", "--address", n.sock, "version").Run()
@@ -371,8 +374,8 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 	}
 	// pause: a static Go binary.
 	pauseBin := filepath.Join(imgDir, "pause")
-	if err := run(ctx, n.log(), filepath.Join(s.root, "e2e"), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", pauseBin, "./internal/pause"); err != nil {
-		return fmt.Errorf("go build pause: %w\n%s", err, tailFile(n.log(), 10))
+	if err := proc.Run(ctx, n.log(), filepath.Join(s.root, "e2e"), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", pauseBin, "./internal/pause"); err != nil {
+		return fmt.Errorf("go build pause: %w\n%s", err, proc.TailFile(n.log(), 10))
 	}
 	pauseLayer, err := layerOf(map[string]string{"pause": pauseBin})
 	if err != nil {
@@ -401,9 +404,9 @@ func (n *node) importImages(ctx context.Context, s *suite) error {
 
 	// PostgreSQL: the rootfs from hack/node-images.sh, laid out like the
 	// official image; its server binaries on PATH as there.
-	out, err := output(ctx, n.log(), s.root, "bash", "hack/node-images.sh")
+	out, err := proc.Output(ctx, n.log(), s.root, "bash", "hack/node-images.sh")
 	if err != nil {
-		return fmt.Errorf("hack/node-images.sh: %w\n%s", err, tailFile(n.log(), 10))
+		return fmt.Errorf("hack/node-images.sh: %w\n%s", err, proc.TailFile(n.log(), 10))
 	}
 	rootfs, err := filepath.EvalSymlinks(filepath.Join(strings.TrimSpace(lastLine(out)), "postgres-15.tar"))
 	if err != nil {
@@ -550,7 +553,7 @@ func writeImage(path string, layer v1.Layer, cfg v1.Config, refs []string, more 
 }
 
 func (n *node) startKubelet(ctx context.Context) error {
-	crt, key, err := n.cl.pki.ca.issue(certSpec{cn: "system:node:" + n.name, orgs: []string{"system:nodes"}, client: true})
+	crt, key, err := n.cl.pki.CA.Issue(pki.CertSpec{CommonName: "system:node:" + n.name, Organizations: []string{"system:nodes"}, Client: true})
 	if err != nil {
 		return err
 	}
@@ -558,11 +561,11 @@ func (n *node) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
-	healthz, err := freePort()
+	healthz, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -607,14 +610,14 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
 maxPods: 40
-`, bridgeIP, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.caCrt, realNodeTaint)
+`, bridgeIP, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.CACert, realNodeTaint)
 	if n.cgroupRoot != "" {
 		cfg += "cgroupRoot: " + n.cgroupRoot + "\n"
 	}
 	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.kubelet = newProc(n.cl.dir, n.procName("kubelet"), n.binary("kubelet"),
+	n.kubelet = proc.New(n.cl.dir, n.procName("kubelet"), n.binary("kubelet"),
 		"--config="+n.path("kubelet.yaml"),
 		"--kubeconfig="+kcfg,
 		"--root-dir="+n.path("kubelet"),
@@ -629,12 +632,12 @@ maxPods: 40
 // runKubelet starts the node's kubelet (again, after kill) and waits until
 // its Node is Ready.
 func (n *node) runKubelet(ctx context.Context) error {
-	if err := n.kubelet.start(); err != nil {
+	if err := n.kubelet.Start(); err != nil {
 		return err
 	}
 	return retry(ctx, 120*time.Second, func() error {
-		if ended, err := n.kubelet.exited(); ended {
-			return fmt.Errorf("kubelet exited: %w\n%s", err, n.kubelet.tail(20))
+		if ended, err := n.kubelet.Exited(); ended {
+			return fmt.Errorf("kubelet exited: %w\n%s", err, n.kubelet.Tail(20))
 		}
 		nd, err := n.cl.kube.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
@@ -678,16 +681,16 @@ contexts:
 - name: e2e
   context: {cluster: e2e, user: %s}
 current-context: e2e
-`, n.cl.host, n.cl.pki.caCrt, who, c, k, who)
+`, n.cl.host, n.cl.pki.CACert, who, c, k, who)
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }
 
 func (n *node) startProxy(ctx context.Context) error {
-	health, err := freePort()
+	health, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
+	metrics, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -705,8 +708,8 @@ conntrack: {maxPerCore: 0}
 	if err := os.WriteFile(n.path("kube-proxy.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.proxy = newProc(n.cl.dir, "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
-	if err := n.proxy.start(); err != nil {
+	n.proxy = proc.New(n.cl.dir, "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
+	if err := n.proxy.Start(); err != nil {
 		return err
 	}
 	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.proxy)
@@ -775,11 +778,11 @@ func forward(c net.Conn, addr string) {
 }
 
 func (n *node) startDNS(ctx context.Context) error {
-	health, err := freePort()
+	health, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
-	ready, err := freePort()
+	ready, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -799,8 +802,8 @@ func (n *node) startDNS(ctx context.Context) error {
 	if err := os.WriteFile(n.path("Corefile"), []byte(corefile), 0o644); err != nil {
 		return err
 	}
-	n.dns = newProc(n.cl.dir, "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
-	if err := n.dns.start(); err != nil {
+	n.dns = proc.New(n.cl.dir, "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
+	if err := n.dns.Start(); err != nil {
 		return err
 	}
 	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", ready), nil, n.dns); err != nil {
@@ -825,11 +828,11 @@ func clusterResolver() *net.Resolver {
 // startRouter runs kube-router's NetworkPolicy firewall only (iptables and
 // ipset; no routing, no service proxy: kube-proxy does that).
 func (n *node) startRouter(ctx context.Context) error {
-	health, err := freePort()
+	health, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
-	n.router = newProc(n.cl.dir, "kube-router", n.binary("kube-router"),
+	n.router = proc.New(n.cl.dir, "kube-router", n.binary("kube-router"),
 		"--kubeconfig="+n.cl.kcfg,
 		"--hostname-override="+realNodeName,
 		"--run-firewall=true",
@@ -845,7 +848,7 @@ func (n *node) startRouter(ctx context.Context) error {
 		"--metrics-port=0",
 		"--v=1",
 	)
-	if err := n.router.start(); err != nil {
+	if err := n.router.Start(); err != nil {
 		return err
 	}
 	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.router)
@@ -858,16 +861,16 @@ func (n *node) stop() {
 	if n.api != nil {
 		_ = n.api.Close()
 	}
-	for _, p := range []*proc{n.router, n.dns, n.proxy, n.kubelet} {
+	for _, p := range []*proc.Proc{n.router, n.dns, n.proxy, n.kubelet} {
 		if p != nil {
-			p.stop(k8sStop)
+			p.Stop(k8sStop)
 		}
 	}
 	if n.containerd != nil && n.sock != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		n.removePods(ctx)
 		cancel()
-		n.containerd.stop(k8sStop)
+		n.containerd.Stop(k8sStop)
 	}
 	// Shims outlive containerd: kill any left in our state folder, and any
 	// container process left in the kubelet's cgroups.

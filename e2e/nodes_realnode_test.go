@@ -310,8 +310,8 @@ func (n *node) kill() (int, error) {
 	if err := linksDown(netns); err != nil {
 		return 0, fmt.Errorf("node %s: %w", n.name, err)
 	}
-	n.kubelet.kill()
-	n.containerd.kill()
+	n.kubelet.Kill()
+	n.containerd.Kill()
 	killed := map[int]bool{}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -374,13 +374,13 @@ func (n *node) stopPoolNode() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if n.kubelet != nil {
-		n.kubelet.stop(k8sStop)
+		n.kubelet.Stop(k8sStop)
 	}
 	if n.containerd != nil {
-		if ended, _ := n.containerd.exited(); !ended {
+		if ended, _ := n.containerd.Exited(); !ended {
 			n.removePods(ctx)
 		}
-		n.containerd.stop(k8sStop)
+		n.containerd.Stop(k8sStop)
 	}
 	for range 50 {
 		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)

@@ -25,6 +25,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // A real Prometheus server (Debian's prometheus, hack/cluster-tools.sh
@@ -46,7 +48,7 @@ import (
 
 // prometheus is one running server.
 type prometheus struct {
-	proc   *proc
+	proc   *proc.Proc
 	dir    string // its config; its storage in dir/data
 	base   string // http://127.0.0.1:PORT
 	client *http.Client
@@ -136,25 +138,25 @@ func (s *suite) startPrometheusWith(t *testing.T, pods bool, ruleFiles []string)
 	if err := os.WriteFile(config, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	p.base = "http://" + addr
-	p.proc = newProc(s.dir, name, bin,
+	p.proc = proc.New(s.dir, name, bin,
 		"--config.file="+config,
 		"--storage.tsdb.path="+filepath.Join(p.dir, "data"),
 		"--web.listen-address="+addr,
 		"--log.level=info")
-	if err := p.proc.start(); err != nil {
+	if err := p.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("%s (%s), last lines:\n%s", name, p.proc.log, p.proc.tail(20))
+			t.Logf("%s (%s), last lines:\n%s", name, p.proc.Log, p.proc.Tail(20))
 		}
-		p.proc.stop(10 * time.Second)
+		p.proc.Stop(10 * time.Second)
 		// The config stays with the logs; the samples are not worth keeping.
 		_ = os.RemoveAll(filepath.Join(p.dir, "data"))
 	})
@@ -271,9 +273,9 @@ func labelName(k string) string {
 // what a config or rule file it rejects does.
 func (p *prometheus) waitReady(t *testing.T) {
 	t.Helper()
-	eventually(t, time.Minute, p.proc.name+" ready", func() (bool, string) {
-		if ended, err := p.proc.exited(); ended {
-			t.Fatalf("%s exited (%v):\n%s", p.proc.name, err, p.proc.tail(20))
+	eventually(t, time.Minute, p.proc.Name+" ready", func() (bool, string) {
+		if ended, err := p.proc.Exited(); ended {
+			t.Fatalf("%s exited (%v):\n%s", p.proc.Name, err, p.proc.Tail(20))
 		}
 		resp, err := p.client.Get(p.base + "/-/ready")
 		if err != nil {

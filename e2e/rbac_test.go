@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // Crossplane core and its RBAC manager run as the ServiceAccounts the Helm
@@ -197,7 +199,7 @@ func (x *crossplane) serviceAccountKubeconfig(ctx context.Context, sa string) (s
 	if err != nil {
 		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", xpNamespace, sa, err)
 	}
-	return x.cl.pki.tokenKubeconfig(sa, x.cl.host, tr.Status.Token)
+	return x.cl.pki.TokenKubeconfig(sa, x.cl.host, tr.Status.Token)
 }
 
 // access is one request a ServiceAccount may or may not be allowed.
@@ -302,13 +304,13 @@ func (x *crossplane) startRBACManager(ctx context.Context, dir, coreBin string) 
 	initLog := filepath.Join(dir, "logs", "rbac-manager-init.log")
 	ictx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	if err := run(ictx, initLog, x.dir, env, coreBin, "rbac", "init"); err != nil {
-		return fmt.Errorf("crossplane rbac init: %w\n%s", err, tailFile(initLog, 20))
+	if err := proc.Run(ictx, initLog, x.dir, env, coreBin, "rbac", "init"); err != nil {
+		return fmt.Errorf("crossplane rbac init: %w\n%s", err, proc.TailFile(initLog, 20))
 	}
-	x.rbac = newProc(dir, "rbac-manager", coreBin, "rbac", "start",
+	x.rbac = proc.New(dir, "rbac-manager", coreBin, "rbac", "start",
 		"--provider-clusterrole="+providerClusterRole,
 		"--debug",
 	)
-	x.rbac.env = env
-	return x.rbac.start()
+	x.rbac.Env = env
+	return x.rbac.Start()
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // Real-node scenarios: the composed Database runs PostgreSQL 15 in real pods
@@ -573,7 +575,7 @@ func TestRealNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		sec.Data["password"] = []byte(nw)
-		logStart := fileSize(s.xp.core.log)
+		logStart := proc.FileSize(s.xp.core.Log)
 		if _, err := s.k.cs.CoreV1().Secrets(ns).Update(context.Background(), sec, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -586,7 +588,7 @@ func TestRealNode(t *testing.T) {
 		// Whether a reconcile was in flight is chance; when one was, core
 		// logs the refused apply (at debug level) and requeues.
 		refused := 0
-		for _, l := range strings.Split(readFrom(s.xp.core.log, logStart), "\n") {
+		for _, l := range strings.Split(proc.ReadFrom(s.xp.core.Log, logStart), "\n") {
 			if strings.Contains(l, `cannot apply composed resource \"credentials\"`) && strings.Contains(l, "has been modified") {
 				refused++
 			}

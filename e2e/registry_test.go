@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/example/function-database/e2e/internal/pki"
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 const (
@@ -37,7 +40,7 @@ const (
 type ociRegistry struct {
 	addr   string // 127.0.0.1:PORT
 	caFile string // the CA's certificate, PEM
-	ca     *ca
+	ca     *pki.CA
 	srv    *http.Server
 	done   chan error
 	// named serves the same repositories under a registry's own name (the
@@ -50,15 +53,15 @@ func startRegistry(dir string) (*ociRegistry, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "blobs"), 0o755); err != nil {
 		return nil, err
 	}
-	authority, err := newCA("e2e-registry-ca")
+	authority, err := pki.NewCA("e2e-registry-ca")
 	if err != nil {
 		return nil, err
 	}
 	r := &ociRegistry{caFile: filepath.Join(dir, "ca.crt"), ca: authority, done: make(chan error, 1)}
-	if err := os.WriteFile(r.caFile, authority.certPEM, 0o644); err != nil {
+	if err := os.WriteFile(r.caFile, authority.CertPEM, 0o644); err != nil {
 		return nil, err
 	}
-	crt, key, err := authority.issue(certSpec{cn: "e2e-registry", ips: []net.IP{net.ParseIP("127.0.0.1")}, server: true})
+	crt, key, err := authority.Issue(pki.CertSpec{CommonName: "e2e-registry", IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, Server: true})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +123,7 @@ func (r *ociRegistry) stop() {
 // resolves host to ip (a hosts file) and trusts the CA sees as the real
 // registry. Its errors after the start land in the registry's log.
 func (r *ociRegistry) serveAs(host, ip string) error {
-	crt, key, err := r.ca.issue(certSpec{cn: host, dns: []string{host}, server: true})
+	crt, key, err := r.ca.Issue(pki.CertSpec{CommonName: host, DNSNames: []string{host}, Server: true})
 	if err != nil {
 		return err
 	}
@@ -161,8 +164,8 @@ func packages(ctx context.Context, root, out, examples, logDir, crossplaneBin, c
 		"EXAMPLE_DIR=" + examples,
 		"FUNCTION_PACKAGE=" + fnPackage,
 	}
-	if err := run(ctx, logPath, root, env, filepath.Join(root, "hack", "package.sh")); err != nil {
-		return fmt.Errorf("hack/package.sh: %w\n%s", err, tailFile(logPath, 30))
+	if err := proc.Run(ctx, logPath, root, env, filepath.Join(root, "hack", "package.sh")); err != nil {
+		return fmt.Errorf("hack/package.sh: %w\n%s", err, proc.TailFile(logPath, 30))
 	}
 	return nil
 }
@@ -186,8 +189,8 @@ func (r *ociRegistry) push(ctx context.Context, root, out, logDir, crossplaneBin
 	for _, args := range [][]string{
 		{r.mirror(fnPackage) + ":" + pkgBeyond},
 	} {
-		if err := run(ctx, logPath, root, env, filepath.Join(root, "hack", "push.sh"), args...); err != nil {
-			return fmt.Errorf("hack/push.sh %v: %w\n%s", args, err, tailFile(logPath, 30))
+		if err := proc.Run(ctx, logPath, root, env, filepath.Join(root, "hack", "push.sh"), args...); err != nil {
+			return fmt.Errorf("hack/push.sh %v: %w\n%s", args, err, proc.TailFile(logPath, 30))
 		}
 	}
 	return nil

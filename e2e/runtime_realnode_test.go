@@ -47,16 +47,16 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	if err := os.WriteFile(resolv, []byte(fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", bridgeIP, xpNamespace)), 0o644); err != nil {
 		return err
 	}
-	x.core.stop(15 * time.Second)
-	args := []string{"--mount", "--propagation", "private", "--", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv, x.core.bin}
-	for _, a := range x.core.args {
+	x.core.Stop(15 * time.Second)
+	args := []string{"--mount", "--propagation", "private", "--", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv, x.core.Bin}
+	for _, a := range x.core.Args {
 		if strings.HasPrefix(a, "--package-runtime=") {
 			a = "--package-runtime=Deployment"
 		}
 		args = append(args, a)
 	}
-	x.core.bin, x.core.args = "unshare", args
-	if err := x.core.start(); err != nil {
+	x.core.Bin, x.core.Args = "unshare", args
+	if err := x.core.Start(); err != nil {
 		return fmt.Errorf("crossplane core with the Deployment runtime: %w", err)
 	}
 
@@ -65,8 +65,8 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	var last string
 	deadline := time.Now().Add(4 * time.Minute)
 	for ; time.Now().Before(deadline); time.Sleep(time.Second) {
-		if ended, err := x.core.exited(); ended {
-			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.tail(30))
+		if ended, err := x.core.Exited(); ended {
+			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.Tail(30))
 		}
 		rev, err := x.revision(ctx)
 		if err != nil {
@@ -87,10 +87,10 @@ func (s *suite) functionInPod(ctx context.Context) error {
 		}
 	}
 	if !time.Now().Before(deadline) {
-		return fmt.Errorf("the function did not start in a pod within 4m: %s\n%s", last, x.core.tail(30))
+		return fmt.Errorf("the function did not start in a pod within 4m: %s\n%s", last, x.core.Tail(30))
 	}
 	// Nothing calls the local process any more; stopping it proves it.
-	x.fn.stop(5 * time.Second)
+	x.fn.Stop(5 * time.Second)
 	logf("function now runs only in its pod (%s)", time.Since(t0).Round(time.Millisecond))
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/proc"
 )
 
 // pkgNext is the function version TestOperate upgrades to.
@@ -226,11 +228,11 @@ func (s *suite) pushNextFunction(ctx context.Context) error {
 		"PLATFORMS=linux/" + runtime.GOARCH, // the real node's
 		"SSL_CERT_FILE=" + s.reg.caFile,
 	}
-	if err := run(ctx, logPath, src, env, filepath.Join(src, "hack", "package.sh")); err != nil {
-		return fmt.Errorf("hack/package.sh for %s: %w\n%s", pkgNext, err, tailFile(logPath, 30))
+	if err := proc.Run(ctx, logPath, src, env, filepath.Join(src, "hack", "package.sh")); err != nil {
+		return fmt.Errorf("hack/package.sh for %s: %w\n%s", pkgNext, err, proc.TailFile(logPath, 30))
 	}
-	if err := run(ctx, logPath, src, env, filepath.Join(src, "hack", "push.sh"), s.reg.mirror(fnPackage)+":"+pkgNext); err != nil {
-		return fmt.Errorf("hack/push.sh for %s: %w\n%s", pkgNext, err, tailFile(logPath, 30))
+	if err := proc.Run(ctx, logPath, src, env, filepath.Join(src, "hack", "push.sh"), s.reg.mirror(fnPackage)+":"+pkgNext); err != nil {
+		return fmt.Errorf("hack/push.sh for %s: %w\n%s", pkgNext, err, proc.TailFile(logPath, 30))
 	}
 	return nil
 }
