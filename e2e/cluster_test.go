@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,7 +108,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 	if err := c.etcd.Start(); err != nil {
 		return c, err
 	}
-	if err := waitHTTP(ctx, clientURL+"/health", nil, c.etcd); err != nil {
+	if err := proc.WaitHTTP(ctx, clientURL+"/health", nil, c.etcd); err != nil {
 		return c, err
 	}
 	logf("etcd up on %s (%s)", clientURL, time.Since(t0).Round(time.Millisecond))
@@ -171,7 +169,7 @@ func startCluster(ctx context.Context, dir, bin string, logf func(string, ...any
 	if err != nil {
 		return c, err
 	}
-	if err := waitHTTP(ctx, c.host+"/readyz", tlsCfg, c.apiserver); err != nil {
+	if err := proc.WaitHTTP(ctx, c.host+"/readyz", tlsCfg, c.apiserver); err != nil {
 		return c, err
 	}
 	logf("kube-apiserver ready on %s (%s)", c.host, time.Since(t0).Round(time.Millisecond))
@@ -484,31 +482,6 @@ func (c *cluster) isRealNamespace(ctx context.Context, ns string) bool {
 	real := n.Labels[realNamespaceLabel] == "true"
 	c.realNS.Store(ns, real)
 	return real
-}
-
-func waitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *proc.Proc) error {
-	cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	var last string
-	for {
-		resp, err := cl.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		if ended, perr := p.Exited(); ended {
-			return fmt.Errorf("%s exited (%w) before %s answered", p.Name, perr, url)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s never answered 200 (last: %s): %w", url, last, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // retry calls f until it succeeds or timeout; returns f's last error.

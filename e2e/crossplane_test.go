@@ -22,6 +22,7 @@ import (
 
 	"github.com/example/function-database/e2e/internal/pki"
 	"github.com/example/function-database/e2e/internal/proc"
+	"github.com/example/function-database/e2e/internal/registry"
 )
 
 const (
@@ -311,7 +312,7 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 // after the dependency's repository, at the highest tag the constraint
 // allows) and installs both revisions, the XRD and Composition among the
 // Configuration's objects.
-func (x *crossplane) preparePackages(ctx context.Context, reg *ociRegistry) error {
+func (x *crossplane) preparePackages(ctx context.Context, reg *registry.Registry) error {
 	k := x.cl.kube
 	cs := k.cs
 	sec := &corev1.Secret{
@@ -334,7 +335,7 @@ func (x *crossplane) preparePackages(ctx context.Context, reg *ociRegistry) erro
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-mirror"},
 		Spec: imageConfigSpec{
 			MatchImages:  []imageMatch{{Type: "Prefix", Prefix: pkgHost}},
-			RewriteImage: &imageRewrite{Prefix: reg.addr + "/"},
+			RewriteImage: &imageRewrite{Prefix: reg.Addr() + "/"},
 		},
 	})
 	if err != nil {

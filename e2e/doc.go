@@ -7,7 +7,7 @@
 // hack/package.sh, pushed with hack/push.sh to xpkg.example.test (the
 // suite's registry serving TLS under that name, in a mount namespace whose
 // /etc/hosts points it there), the Configuration applied and waited for
-// (install_test.go, registry_test.go, crossplane_test.go; docs/packaging.md).
+// (install_test.go, internal/registry, crossplane_test.go; docs/packaging.md).
 //
 // The tests are behind the e2e build tag:
 //

@@ -67,7 +67,7 @@ const registryIP = "127.0.0.2"
 //   - the README pushes to xpkg.example.test: the blocks run in a mount
 //     namespace of their own whose /etc/hosts points that name at
 //     registryIP, where the suite's registry answers under that name
-//     (serveAs), trusted through SSL_CERT_FILE; the push is the only
+//     (ServeAs), trusted through SSL_CERT_FILE; the push is the only
 //     place v0.1.0 of either package comes from;
 //   - core pulls through the suite's ImageConfig (preparePackages), and
 //     servePackages runs beside the blocks as a function runtime would, so
@@ -85,7 +85,7 @@ func (s *suite) readmeInstall(ctx context.Context) error {
 		return fmt.Errorf("no sh blocks in README.md's %q", installSection)
 	}
 	host := strings.TrimSuffix(pkgHost, "/")
-	if err := s.reg.serveAs(host, registryIP); err != nil {
+	if err := s.reg.ServeAs(host, registryIP); err != nil {
 		return fmt.Errorf("registry as %s: %w", host, err)
 	}
 	dir := filepath.Join(s.dir, "install")
@@ -207,7 +207,7 @@ func (s *suite) runIsolated(ctx context.Context, logPath, hostsFile, script stri
 	cmd.Env = append(os.Environ(),
 		"KUBECONFIG="+s.cl.kcfg,
 		"PATH="+s.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"SSL_CERT_FILE="+s.reg.caFile,
+		"SSL_CERT_FILE="+s.reg.CAFile(),
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 5 * time.Second

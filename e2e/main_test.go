@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/example/function-database/e2e/internal/proc"
+	"github.com/example/function-database/e2e/internal/registry"
 )
 
 // suite is everything TestMain starts, shared by the tests.
@@ -33,7 +34,7 @@ type suite struct {
 	dir  string // temporary folder: logs, PKI, etcd data, certificates
 	cl   *cluster
 	xp   *crossplane
-	reg  *ociRegistry // the packages' registry
+	reg  *registry.Registry // the packages' registry
 	k    *kube
 	node *node // the real node, started by the first real-node test
 	// pool are the real nodes TestNodes starts beside it, and stops
@@ -234,7 +235,7 @@ func (s *suite) setup(ctx context.Context) error {
 			return
 		}
 		logf("function built (%s)", time.Since(t0).Round(time.Millisecond))
-		if err := packages(ctx, s.root, pkgDir, s.example(), logDir, filepath.Join(bin, "crossplane"), filepath.Join(bin, "crane")); err != nil {
+		if err := registry.Packages(ctx, s.root, pkgDir, s.example(), logDir, filepath.Join(bin, "crossplane"), filepath.Join(bin, "crane"), fnPackage); err != nil {
 			fnErr <- err
 			return
 		}
@@ -251,15 +252,17 @@ func (s *suite) setup(ctx context.Context) error {
 	if err := <-fnErr; err != nil {
 		return err
 	}
-	if s.reg, err = startRegistry(s.dir); err != nil {
+	if s.reg, err = registry.Start(s.dir); err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
 	t0 := time.Now()
-	if err := s.reg.push(ctx, s.root, pkgDir, logDir, filepath.Join(bin, "crossplane")); err != nil {
+	// The function's index as pkgBeyond: pkgVersion of both is README's
+	// install's to push (readmeInstall), under the packages' own names.
+	if err := s.reg.Push(ctx, s.root, pkgDir, logDir, filepath.Join(bin, "crossplane"), s.reg.Mirror(pkgHost, fnPackage)+":"+pkgBeyond); err != nil {
 		return err
 	}
-	logf("packages pushed over HTTPS to the registry on %s (%s)", s.reg.addr, time.Since(t0).Round(time.Millisecond))
-	s.xp, err = startCrossplane(ctx, s.dir, s.cl, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.caFile, logf)
+	logf("packages pushed over HTTPS to the registry on %s (%s)", s.reg.Addr(), time.Since(t0).Round(time.Millisecond))
+	s.xp, err = startCrossplane(ctx, s.dir, s.cl, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.CAFile(), logf)
 	if err != nil {
 		return fmt.Errorf("crossplane: %w", err)
 	}
@@ -600,7 +603,7 @@ func (s *suite) stop() {
 		if s.xp != nil {
 			s.xp.stop()
 		}
-		s.reg.stop()
+		s.reg.Stop()
 		s.stopPool()
 		s.stopLanes()
 		if s.node != nil {

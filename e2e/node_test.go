@@ -712,7 +712,7 @@ conntrack: {maxPerCore: 0}
 	if err := n.proxy.Start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.proxy)
+	return proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.proxy)
 }
 
 // exposeAPI lets the pods reach the API server as in any cluster: through
@@ -806,7 +806,7 @@ func (n *node) startDNS(ctx context.Context) error {
 	if err := n.dns.Start(); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", ready), nil, n.dns); err != nil {
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/ready", ready), nil, n.dns); err != nil {
 		return err
 	}
 	// The API server's own Service resolves: the plugin has synced.
@@ -851,7 +851,7 @@ func (n *node) startRouter(ctx context.Context) error {
 	if err := n.router.Start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.router)
+	return proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.router)
 }
 
 // stop stops the node's processes by PID (the kubelet first, so it starts no

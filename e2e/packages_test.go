@@ -12,6 +12,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+const (
+	// pkgVersion is the release README's install pushes; pkgBeyond is a tag of the
+	// same function outside the Configuration's constraint (">=v0.1.0,
+	// <v1.0.0"), which the package manager must not pick.
+	pkgVersion = "v0.1.0"
+	pkgBeyond  = "v1.0.0"
+	// The packages' own names, as a platform's registry would hold them: the
+	// Configuration is built to depend on fnPackage, and an ImageConfig
+	// rewrites pkgHost to the loopback registry, as for a mirror.
+	pkgHost    = "xpkg.example.test/"
+	fnPackage  = pkgHost + "acme/function-database"
+	cfgPackage = pkgHost + "acme/configuration-database"
+)
+
 // installedFunction is the name Crossplane v2.3.4's package manager gives
 // the Function it creates for the Configuration's dependency on fnPackage:
 // the repository path (acme/function-database) as a DNS label
@@ -95,7 +109,7 @@ func TestDatabasePackages(t *testing.T) {
 	cfgU := get("pkg.crossplane.io/v1", cfgName, "Configuration")
 	var cfg pkgObject
 	fromUnstructured(t, cfgU, &cfg)
-	if want := s.reg.mirror(cfgPackage) + ":" + pkgVersion; cfg.Status.ResolvedPackage != want {
+	if want := s.reg.Mirror(pkgHost, cfgPackage) + ":" + pkgVersion; cfg.Status.ResolvedPackage != want {
 		t.Errorf("Configuration %s resolved to %q, want %q (the ImageConfig's rewrite to the loopback registry)", cfgName, cfg.Status.ResolvedPackage, want)
 	}
 	for _, c := range []string{"Installed", "Healthy"} {
@@ -124,7 +138,7 @@ func TestDatabasePackages(t *testing.T) {
 	if want := fnPackage + ":" + pkgVersion; fn.Spec.Package != want {
 		t.Errorf("Function %s installs %q, want %q: the highest tag the Configuration's constraint allows", fn.Name, fn.Spec.Package, want)
 	}
-	if want := s.reg.mirror(fnPackage) + ":" + pkgVersion; fn.Status.ResolvedPackage != want {
+	if want := s.reg.Mirror(pkgHost, fnPackage) + ":" + pkgVersion; fn.Status.ResolvedPackage != want {
 		t.Errorf("Function %s resolved to %q, want %q", fn.Name, fn.Status.ResolvedPackage, want)
 	}
 
@@ -151,7 +165,7 @@ func TestDatabasePackages(t *testing.T) {
 	// and installed its one dependency.
 	var fnRev revisionStatus
 	fromUnstructured(t, get("pkg.crossplane.io/v1", fn.Status.CurrentRevision, "FunctionRevision"), &fnRev)
-	if want := s.reg.mirror(fnPackage) + ":" + pkgVersion; fnRev.Status.ResolvedImage != want || !slices.Equal(fnRev.Status.Capabilities, []string{"composition"}) {
+	if want := s.reg.Mirror(pkgHost, fnPackage) + ":" + pkgVersion; fnRev.Status.ResolvedImage != want || !slices.Equal(fnRev.Status.Capabilities, []string{"composition"}) {
 		t.Errorf("FunctionRevision %s: image %q, capabilities %v; want %q, [composition]", fn.Status.CurrentRevision, fnRev.Status.ResolvedImage, fnRev.Status.Capabilities, want)
 	}
 	var cfgRev revisionStatus

@@ -100,10 +100,10 @@ func (s *suite) functionInPod(ctx context.Context) error {
 // from pkgHost to the loopback registry. Both are configured, the second as a
 // mirror, in case a revision keeps the name.
 func (s *suite) pullsPackages(n *node) error {
-	if err := n.trustRegistry(s.reg.addr, s.reg.caFile); err != nil {
+	if err := n.trustRegistry(s.reg.Addr(), s.reg.CAFile()); err != nil {
 		return err
 	}
-	return n.mirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.addr, s.reg.caFile)
+	return n.mirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.Addr(), s.reg.CAFile())
 }
 
 // functionPod returns the function's Ready pod on the real node, or nil and

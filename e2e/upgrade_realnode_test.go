@@ -226,12 +226,12 @@ func (s *suite) pushNextFunction(ctx context.Context) error {
 		"OUTPUT_DIR=" + out,
 		"FUNCTION_PACKAGE=" + fnPackage,
 		"PLATFORMS=linux/" + runtime.GOARCH, // the real node's
-		"SSL_CERT_FILE=" + s.reg.caFile,
+		"SSL_CERT_FILE=" + s.reg.CAFile(),
 	}
 	if err := proc.Run(ctx, logPath, src, env, filepath.Join(src, "hack", "package.sh")); err != nil {
 		return fmt.Errorf("hack/package.sh for %s: %w\n%s", pkgNext, err, proc.TailFile(logPath, 30))
 	}
-	if err := proc.Run(ctx, logPath, src, env, filepath.Join(src, "hack", "push.sh"), s.reg.mirror(fnPackage)+":"+pkgNext); err != nil {
+	if err := proc.Run(ctx, logPath, src, env, filepath.Join(src, "hack", "push.sh"), s.reg.Mirror(pkgHost, fnPackage)+":"+pkgNext); err != nil {
 		return fmt.Errorf("hack/push.sh for %s: %w\n%s", pkgNext, err, proc.TailFile(logPath, 30))
 	}
 	return nil

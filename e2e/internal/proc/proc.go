@@ -9,7 +9,8 @@
 //
 // The suite makes a [Proc] with [New] for each long-running component,
 // starts it with [Proc.Start], waits for it to listen with [WaitTCP] on a
-// port it got from [FreePort], and stops it by PID with [Proc.Stop] (a
+// port it got from [FreePort] (or to answer 200 on a health endpoint with
+// [WaitHTTP]), and stops it by PID with [Proc.Stop] (a
 // component that stops) or [Proc.Kill] (a machine that dies). When
 // something fails it quotes the end of the component's log ([Proc.Tail],
 // [TailFile]); to look only at what a component logged after some point,
@@ -25,10 +26,12 @@ package proc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -290,6 +293,41 @@ func WaitTCP(ctx context.Context, addr string, p *Proc) error {
 		case <-ctx.Done():
 			return fmt.Errorf("nothing listens on %s: %w", addr, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// WaitHTTP waits until a GET of url answers 200 OK: a component's health
+// or readiness endpoint (etcd's /health, kube-apiserver's /readyz,
+// kube-proxy's /healthz, ...). It asks every 250 ms, each request bounded by
+// 2 s; tlsCfg, when not nil, is how an https URL is spoken to (the CA to
+// trust, a client certificate). With p not nil it gives up as soon as p has
+// ended, saying so, rather than waiting out ctx for a component that will
+// never answer; when ctx ends first the error quotes the last answer (a
+// status or why the request failed) and wraps ctx's error.
+func WaitHTTP(ctx context.Context, url string, tlsCfg *tls.Config, p *Proc) error {
+	cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	var last string
+	for {
+		resp, err := cl.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if p != nil {
+			if ended, perr := p.Exited(); ended {
+				return fmt.Errorf("%s exited (%w) before %s answered", p.Name, perr, url)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s never answered 200 (last: %s): %w", url, last, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

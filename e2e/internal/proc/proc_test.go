@@ -2,13 +2,20 @@ package proc
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -332,6 +339,109 @@ func TestWaitTCP(t *testing.T) {
 				t.Errorf("took %s to notice the process had ended", took)
 			}
 		})
+	}
+}
+
+func TestWaitHTTP(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer ok.Close()
+	unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer unavailable.Close()
+	// Ready from its third request on: WaitHTTP asks again.
+	var asked atomic.Int32
+	late := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if asked.Add(1) < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer late.Close()
+	secure := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	secure.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusting client's handshakes
+	secure.StartTLS()
+	defer secure.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(secure.Certificate())
+	trusting := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	closed, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedURL := "http://127.0.0.1:" + strconv.Itoa(closed) + "/healthz"
+
+	running := New(t.TempDir(), "runner", "sleep", "60")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(running.Kill)
+	ended := New(t.TempDir(), "quitter", "sh", "-c", "exit 7")
+	if err := ended.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, ended)
+
+	cases := []struct {
+		name    string
+		url     string
+		tlsCfg  *tls.Config
+		p       *Proc
+		timeout time.Duration
+		wantErr []string // empty: nil
+		wantIs  error
+		within  time.Duration // when not 0, it must give up this fast
+	}{
+		{name: "200 at once", url: ok.URL + "/readyz", timeout: 5 * time.Second},
+		{name: "200 at once, the process running", url: ok.URL, p: running, timeout: 5 * time.Second},
+		{name: "200 after two 503s", url: late.URL, p: running, timeout: 10 * time.Second},
+		{name: "https, the server's CA trusted", url: secure.URL, tlsCfg: trusting, timeout: 5 * time.Second},
+		{
+			name: "https, the server's CA not trusted", url: secure.URL, timeout: 700 * time.Millisecond,
+			wantErr: []string{secure.URL + " never answered 200 (last: ", "certificate"}, wantIs: context.DeadlineExceeded,
+		},
+		{
+			name: "503 until the timeout", url: unavailable.URL, p: running, timeout: 700 * time.Millisecond,
+			wantErr: []string{unavailable.URL + " never answered 200 (last: 503 Service Unavailable)"}, wantIs: context.DeadlineExceeded,
+		},
+		{
+			name: "nothing listens", url: closedURL, timeout: 700 * time.Millisecond,
+			wantErr: []string{closedURL + " never answered 200 (last: ", "connection refused"}, wantIs: context.DeadlineExceeded,
+		},
+		{
+			name: "the process ended first", url: closedURL, p: ended, timeout: time.Minute,
+			wantErr: []string{"quitter exited (exit status 7) before " + closedURL + " answered"}, within: 10 * time.Second,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+			defer cancel()
+			start := time.Now()
+			err := WaitHTTP(ctx, c.url, c.tlsCfg, c.p)
+			if len(c.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("WaitHTTP: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("WaitHTTP = nil, want %q", c.wantErr)
+			}
+			for _, w := range c.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("WaitHTTP = %v, want it to say %q", err, w)
+				}
+			}
+			if c.wantIs != nil && !errors.Is(err, c.wantIs) {
+				t.Errorf("WaitHTTP = %v, want it to wrap %v", err, c.wantIs)
+			}
+			if took := time.Since(start); c.within != 0 && took > c.within {
+				t.Errorf("took %s to notice the process had ended", took)
+			}
+		})
+	}
+	if n := asked.Load(); n != 3 {
+		t.Errorf("the late server was asked %d times, want 3 (two 503s, then 200)", n)
 	}
 }
 
