@@ -161,6 +161,17 @@ func waitLog(t *testing.T, p *Proc, want string) {
 	}
 }
 
+// endedProc is a process named quitter that ran and exited with status 7.
+func endedProc(t *testing.T) *Proc {
+	t.Helper()
+	p := New(t.TempDir(), "quitter", "sh", "-c", "exit 7")
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, p)
+	return p
+}
+
 // waitExited waits until p has ended and returns how.
 func waitExited(t *testing.T, p *Proc) error {
 	t.Helper()
@@ -299,11 +310,7 @@ func TestWaitTCP(t *testing.T) {
 	}
 	closedAddr := "127.0.0.1:" + strconv.Itoa(closed)
 
-	ended := New(t.TempDir(), "quitter", "sh", "-c", "exit 7")
-	if err := ended.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitExited(t, ended)
+	ended := endedProc(t)
 
 	cases := []struct {
 		name    string
@@ -375,11 +382,7 @@ func TestWaitHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(running.Kill)
-	ended := New(t.TempDir(), "quitter", "sh", "-c", "exit 7")
-	if err := ended.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitExited(t, ended)
+	ended := endedProc(t)
 
 	cases := []struct {
 		name    string
