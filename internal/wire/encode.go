@@ -278,21 +278,52 @@ func openEntry(b []byte, key string) (_ []byte, entry, val int, _ error) {
 }
 
 // appendStringMap is appendMap for the most common map, labels and data:
-// no reflection per entry.
+// no reflection per entry, and no byte moved: every length is known before
+// it is written, where closeMessage would move each entry twice and the
+// whole map once more (the scripts ConfigMap's 90 KB: memmove was 9% of a
+// steady reconcile).
 func appendStringMap(b []byte, m map[string]string) ([]byte, error) {
-	b, at := openMessage(b, tagStruct)
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		var entry, val int
-		var err error
-		if b, entry, val, err = openEntry(b, k); err != nil {
-			return nil, err
+	keys := slices.Sorted(maps.Keys(m))
+	size := 0
+	for _, k := range keys {
+		if !validUTF8(k) {
+			return nil, fmt.Errorf("%q is not valid UTF-8", k)
 		}
-		if b, err = appendString(b, tagString, m[k]); err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
+		v := m[k]
+		if !validUTF8(v) {
+			return nil, fmt.Errorf("%s: %q is not valid UTF-8", k, v)
 		}
-		b = closeMessage(closeMessage(b, val), entry)
+		size += fieldSize(entrySize(k, v))
 	}
-	return closeMessage(b, at), nil
+	b = slices.Grow(b, fieldSize(size))
+	b = append(b, tagStruct)
+	b = protowire.AppendVarint(b, uint64(size))
+	for _, k := range keys {
+		v := m[k]
+		b = append(b, tagStructFields)
+		b = protowire.AppendVarint(b, uint64(entrySize(k, v)))
+		b = append(b, tagEntryKey)
+		b = protowire.AppendVarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = append(b, tagEntryValue)
+		b = protowire.AppendVarint(b, uint64(fieldSize(len(v))))
+		b = append(b, tagString)
+		b = protowire.AppendVarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b, nil
+}
+
+// fieldSize is the size of a length-delimited field (one tag byte, the
+// length, n bytes).
+func fieldSize(n int) int {
+	return 1 + protowire.SizeVarint(uint64(n)) + n
+}
+
+// entrySize is the size of a Struct's map entry of key k and string value v:
+// the key field and the value field, a Value holding string_value.
+func entrySize(k, v string) int {
+	return fieldSize(len(k)) + fieldSize(fieldSize(len(v)))
 }
 
 var (

@@ -1,7 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +97,9 @@ func TestMarshalStructCases(t *testing.T) {
 		"NonStringKeys": {obj: struct {
 			M map[int]string `json:"m"`
 		}{M: map[int]string{1: "x"}}, wantErr: "m: cannot convert a map with int keys"},
+		"StringMapLengths": {obj: struct {
+			M map[string]string `json:"m"`
+		}{M: map[string]string{"a": long(120), "b": long(123), "c": long(124), long(130): long(128), "d": long(16373), "e": long(16378), "f": long(16384), "g": long(2 << 20), "h": ""}}},
 		"NotAStruct": {obj: "x", wantErr: "cannot convert string: not a struct"},
 		"Channel": {obj: struct {
 			C chan int `json:"c"`
@@ -184,6 +191,76 @@ func BenchmarkImmortal(b *testing.B) {
 			b.SetBytes(int64(len(tc.s)))
 			for b.Loop() {
 				if _, err := MarshalStruct(v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// appendStringMapMoving is appendStringMap as it was before every length was
+// computed first: each entry's value and the entry moved right by
+// closeMessage once written, the map once more. Kept as the baseline of
+// BenchmarkStringMap and as the reference of TestStringMapSameBytes.
+func appendStringMapMoving(b []byte, m map[string]string) ([]byte, error) {
+	b, at := openMessage(b, tagStruct)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		var entry, val int
+		var err error
+		if b, entry, val, err = openEntry(b, k); err != nil {
+			return nil, err
+		}
+		if b, err = appendString(b, tagString, m[k]); err != nil {
+			return nil, err
+		}
+		b = closeMessage(closeMessage(b, val), entry)
+	}
+	return closeMessage(b, at), nil
+}
+
+// scriptsLike is a map shaped like the scripts ConfigMap's data: a dozen
+// scripts of 1-20 KB and a few short keys.
+func scriptsLike() map[string]string {
+	m := map[string]string{"primary": "0", "switchover-on-stop": "true"}
+	for i, n := range []int{20000, 15000, 12000, 9000, 8000, 7000, 6000, 5000, 4000, 2000, 1000, 130} {
+		m[fmt.Sprintf("script-%02d.sh", i)] = strings.Repeat("x", n)
+	}
+	return m
+}
+
+func TestStringMapSameBytes(t *testing.T) {
+	cases := map[string]map[string]string{
+		"Empty":       {},
+		"Short":       {"a": "1", "b": ""},
+		"ScriptsLike": scriptsLike(),
+	}
+	for name, m := range cases {
+		want, err := appendStringMapMoving([]byte{0xff}, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendStringMap([]byte{0xff}, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("%s: %d bytes, want the %d bytes of the moving encoder", name, len(got), len(want))
+		}
+	}
+}
+
+// BenchmarkStringMap: the scripts-like map encoded with every length
+// computed first against the moving baseline; compare the two in one run.
+func BenchmarkStringMap(b *testing.B) {
+	m := scriptsLike()
+	for _, tc := range []struct {
+		name string
+		f    func([]byte, map[string]string) ([]byte, error)
+	}{{"moving", appendStringMapMoving}, {"sized", appendStringMap}} {
+		b.Run(tc.name, func(b *testing.B) {
+			buf := make([]byte, 0, 128<<10)
+			for b.Loop() {
+				if _, err := tc.f(buf[:0], m); err != nil {
 					b.Fatal(err)
 				}
 			}
