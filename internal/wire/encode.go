@@ -251,6 +251,9 @@ func appendFields(b []byte, v reflect.Value, top bool) ([]byte, error) {
 
 // appendEntry appends the map entry key: v, or nothing when v is noise.
 func appendEntry(b []byte, key string, v reflect.Value) ([]byte, error) {
+	if v.Type() == typeStringMap && !v.IsNil() {
+		return appendStringMapEntry(b, key, v.Interface().(map[string]string)) //nolint:forcetypeassert // checked by type
+	}
 	start := len(b)
 	b, entry, val, err := openEntry(b, key)
 	if err != nil {
@@ -283,18 +286,57 @@ func openEntry(b []byte, key string) (_ []byte, entry, val int, _ error) {
 // whole map once more (the scripts ConfigMap's 90 KB: memmove was 9% of a
 // steady reconcile).
 func appendStringMap(b []byte, m map[string]string) ([]byte, error) {
+	keys, size, err := stringMapSize(m)
+	if err != nil {
+		return nil, err
+	}
+	return appendSizedStringMap(b, keys, m, size), nil
+}
+
+// appendStringMapEntry is appendEntry for a string map: the entry's and its
+// value's lengths are known too, so the map is not moved by the entry that
+// holds it either.
+func appendStringMapEntry(b []byte, key string, m map[string]string) ([]byte, error) {
+	if !validUTF8(key) {
+		return nil, fmt.Errorf("%q is not valid UTF-8", key)
+	}
+	keys, size, err := stringMapSize(m)
+	if err != nil {
+		return nil, err
+	}
+	value := fieldSize(size) // the Value: struct_value
+	b = slices.Grow(b, fieldSize(fieldSize(len(key))+fieldSize(value)))
+	b = append(b, tagStructFields)
+	b = protowire.AppendVarint(b, uint64(fieldSize(len(key))+fieldSize(value)))
+	b = append(b, tagEntryKey)
+	b = protowire.AppendVarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = append(b, tagEntryValue)
+	b = protowire.AppendVarint(b, uint64(value))
+	return appendSizedStringMap(b, keys, m, size), nil
+}
+
+// stringMapSize checks m's keys and values and returns the keys sorted and
+// the size of the Struct's fields.
+func stringMapSize(m map[string]string) ([]string, int, error) {
 	keys := slices.Sorted(maps.Keys(m))
 	size := 0
 	for _, k := range keys {
 		if !validUTF8(k) {
-			return nil, fmt.Errorf("%q is not valid UTF-8", k)
+			return nil, 0, fmt.Errorf("%q is not valid UTF-8", k)
 		}
 		v := m[k]
 		if !validUTF8(v) {
-			return nil, fmt.Errorf("%s: %q is not valid UTF-8", k, v)
+			return nil, 0, fmt.Errorf("%s: %q is not valid UTF-8", k, v)
 		}
 		size += fieldSize(entrySize(k, v))
 	}
+	return keys, size, nil
+}
+
+// appendSizedStringMap appends m as Value.struct_value, its fields size
+// long and its keys sorted (stringMapSize).
+func appendSizedStringMap(b []byte, keys []string, m map[string]string, size int) []byte {
 	b = slices.Grow(b, fieldSize(size))
 	b = append(b, tagStruct)
 	b = protowire.AppendVarint(b, uint64(size))
@@ -311,7 +353,7 @@ func appendStringMap(b []byte, m map[string]string) ([]byte, error) {
 		b = protowire.AppendVarint(b, uint64(len(v)))
 		b = append(b, v...)
 	}
-	return b, nil
+	return b
 }
 
 // fieldSize is the size of a length-delimited field (one tag byte, the
