@@ -75,7 +75,7 @@ const (
 // response, as Crossplane does, or reads it with Readable.
 func Resource(name string, obj any, ready fnv1.Ready) (*fnv1.Resource, error) {
 	hint := sizeHint(name)
-	b, err := appendStructMessage(make([]byte, 0, hint.Load()), tagResource, obj)
+	b, err := structMessage(make([]byte, 0, hint.Load()), tagResource, obj)
 	if err != nil {
 		return nil, err
 	}
@@ -126,18 +126,31 @@ func MarshalStruct(obj any) ([]byte, error) {
 	return appendFields(nil, v, true)
 }
 
-// appendStructMessage appends obj's Struct as the message field tag.
-func appendStructMessage(b []byte, tag byte, obj any) ([]byte, error) {
+// structMessage encodes obj's Struct as the message field tag into buf
+// (empty): the fields first, after room for the tag and the longest length,
+// then the tag and the length right before them, so that nothing is moved
+// (closeMessage would move the whole resource once more: the scripts
+// ConfigMap's 95 KB). The result starts where the tag does; the room left
+// before it is a few bytes of buf never read.
+func structMessage(buf []byte, tag byte, obj any) ([]byte, error) {
+	const room = 1 + 4 // the tag; a length below 2^28 (gRPC's limit is far below)
 	v, err := structOf(obj)
 	if err != nil {
 		return nil, err
 	}
-	b, at := openMessage(b, tag)
-	b, err = appendFields(b, v, true)
+	b, err := appendFields(append(buf[:0], make([]byte, room)...), v, true)
 	if err != nil {
 		return nil, err
 	}
-	return closeMessage(b, at), nil
+	n := uint64(len(b) - room)
+	size := protowire.SizeVarint(n)
+	if size > room-1 {
+		return nil, fmt.Errorf("cannot encode %T: %d bytes", obj, n)
+	}
+	at := room - 1 - size
+	b[at] = tag
+	protowire.AppendVarint(b[at+1:at+1], n) // in place: the size bytes before the fields
+	return b[at:], nil
 }
 
 func structOf(obj any) (reflect.Value, error) {

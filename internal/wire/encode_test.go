@@ -289,3 +289,30 @@ func BenchmarkStringMap(b *testing.B) {
 		})
 	}
 }
+
+// TestStructMessageInPlace: a resource's tag and length written in the room
+// before its fields are the bytes closeMessage would have moved the fields
+// for, for lengths of one to four bytes.
+func TestStructMessageInPlace(t *testing.T) {
+	for _, n := range []int{0, 100, 124, 125, 200, 16370, 16400, 2<<20 - 20, 2<<20 + 10} {
+		obj := struct {
+			S string `json:"s,omitempty"`
+		}{strings.Repeat("x", n)}
+		v, err := structOf(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, at := openMessage(nil, tagResource)
+		if want, err = appendFields(want, v, true); err != nil {
+			t.Fatal(err)
+		}
+		want = closeMessage(want, at)
+		got, err := structMessage(make([]byte, 0, 16), tagResource, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("a string of %d bytes: %d bytes, want the %d bytes closeMessage gives", n, len(got), len(want))
+		}
+	}
+}
