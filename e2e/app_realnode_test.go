@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/cluster"
 )
 
 // appConnects runs example/app.yaml, the README's app, next to Database db
@@ -55,7 +57,7 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 				continue
 			}
 			for _, c := range cs {
-				c.(map[string]any)["image"] = postgresImage
+				c.(map[string]any)["image"] = cluster.PostgresImage
 			}
 			if err := unstructured.SetNestedSlice(o.Object, cs, path...); err != nil {
 				t.Fatal(err)
@@ -131,7 +133,7 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 		t.Fatalf("want one app pod, found: %s", st)
 	}
 	pod := pods[0]
-	if pod.Spec.NodeName != realNodeName {
+	if pod.Spec.NodeName != cluster.RealNodeName {
 		t.Fatalf("app pod %s ran on %q, not the real node: the check would prove nothing", pod.Name, pod.Spec.NodeName)
 	}
 	t.Logf("app pod %s Ready: its writes succeed", pod.Name)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/pki"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/writer"
@@ -108,14 +109,14 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	const access, secret = "e2e-archive", "e2e-archive-secret/key"
 	// On the bridge address, as CoreDNS and the API server's forwarder:
 	// on this machine only, reached by the pods through a Service.
-	o.proc = proc.New(s.dir, "versitygw", s.node.binary("versitygw"),
-		"--port", bridgeIP+":"+strconv.Itoa(port), "--cert", cert, "--key", key, "--quiet", "posix", filepath.Join(dir, "data"))
+	o.proc = proc.New(s.dir, "versitygw", s.cl.Binary("versitygw"),
+		"--port", cluster.BridgeIP+":"+strconv.Itoa(port), "--cert", cert, "--key", key, "--quiet", "posix", filepath.Join(dir, "data"))
 	o.proc.Env = []string{"ROOT_ACCESS_KEY=" + access, "ROOT_SECRET_KEY=" + secret}
 	if err := o.proc.Start(); err != nil {
 		return nil, err
 	}
-	if err := retry(ctx, 30*time.Second, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(bridgeIP, strconv.Itoa(port)), time.Second)
+	if err := cluster.Retry(ctx, 30*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(cluster.BridgeIP, strconv.Itoa(port)), time.Second)
 		if err != nil {
 			return err
 		}
@@ -142,7 +143,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 			Labels: map[string]string{discoveryv1.LabelServiceName: s3Service, discoveryv1.LabelManagedBy: "function-database-e2e"},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{bridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{cluster.BridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	if _, err := cs.DiscoveryV1().EndpointSlices(s3Namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

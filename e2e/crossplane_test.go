@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/pki"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/registry"
@@ -46,7 +47,8 @@ var (
 // and the function under test, both child processes.
 type crossplane struct {
 	dir   string
-	cl    *cluster
+	cl    *cluster.Cluster
+	k     *kube // the suite's clients of cl
 	core  *proc.Proc
 	rbac  *proc.Proc // the RBAC manager
 	fn    *proc.Proc
@@ -111,9 +113,10 @@ func coreModule(ctx context.Context, logDir, coreBin string) (string, error) {
 }
 
 // startCrossplane starts core, trusting the CA in caBundle for package
-// registries, and the function as a local process.
-func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBin, caBundle string, logf func(string, ...any)) (*crossplane, error) {
-	x := &crossplane{dir: filepath.Join(dir, "crossplane"), cl: cl, fnBin: fnBin, logf: logf}
+// registries, and the function as a local process; k is the suite's clients
+// of cl.
+func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *kube, coreBin, fnBin, caBundle string, logf func(string, ...any)) (*crossplane, error) {
+	x := &crossplane{dir: filepath.Join(dir, "crossplane"), cl: cl, k: k, fnBin: fnBin, logf: logf}
 	t0 := time.Now()
 	if err := os.MkdirAll(x.dir, 0o755); err != nil {
 		return x, err
@@ -123,7 +126,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		return x, err
 	}
 	crds := filepath.Join(module, "cluster", "crds")
-	cs := cl.kube.cs
+	cs := k.cs
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: xpNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return x, err
 	}
@@ -136,11 +139,11 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster, coreBin, fnBi
 		return x, err
 	}
 	for _, o := range rbacObjs {
-		if _, err := cl.kube.apply(ctx, o); err != nil {
+		if _, err := k.apply(ctx, o); err != nil {
 			return x, fmt.Errorf("apply chart %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
-	if err := cl.kube.waitAllowed(ctx, 60*time.Second, coreSA, true,
+	if err := k.waitAllowed(ctx, 60*time.Second, coreSA, true,
 		access{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}); err != nil {
 		return x, fmt.Errorf("the chart's ClusterRoles never reached core: %w", err)
 	}
@@ -313,7 +316,7 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 // allows) and installs both revisions, the XRD and Composition among the
 // Configuration's objects.
 func (x *crossplane) preparePackages(ctx context.Context, reg *registry.Registry) error {
-	k := x.cl.kube
+	k := x.k
 	cs := k.cs
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: fnTLSSecret, Namespace: xpNamespace},
@@ -353,7 +356,7 @@ func (x *crossplane) preparePackages(ctx context.Context, reg *registry.Registry
 // revision's endpoint, so the function runs here as a process, and we give
 // the revision its address and TLS Secret.
 func (x *crossplane) servePackages(ctx context.Context) error {
-	k := x.cl.kube
+	k := x.k
 	endpoint := x.fnAddr
 	var last string
 	// Give the Function's active revision the function's endpoint and mark
@@ -412,7 +415,7 @@ func (x *crossplane) servePackages(ctx context.Context) error {
 }
 
 func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, error) {
-	c, err := x.cl.kube.client(gvkFunctionRevision, "")
+	c, err := x.k.client(gvkFunctionRevision, "")
 	if err != nil {
 		return nil, err
 	}
@@ -453,7 +456,7 @@ func (x *crossplane) patchRevision(ctx context.Context, rev *unstructured.Unstru
 	if err := unstructured.SetNestedSlice(rev.Object, out, "status", "conditions"); err != nil {
 		return err
 	}
-	c, err := x.cl.kube.client(gvkFunctionRevision, "")
+	c, err := x.k.client(gvkFunctionRevision, "")
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -468,8 +469,8 @@ func (s *suite) testCompose(t *testing.T) {
 
 	// Hold the volumes of this namespace back: the pods cannot be scheduled,
 	// so there is a window in which the stack exists and nothing is Ready.
-	s.cl.holdPVs.Store(ns)
-	defer s.cl.holdPVs.Store("")
+	s.cl.HoldVolumes(ns)
+	defer s.cl.HoldVolumes("")
 	d := s.create(t, xr)
 	u := s.waitSynced(t, d, 1)
 	sts := func() *appsv1.StatefulSet {
@@ -525,7 +526,7 @@ func (s *suite) testCompose(t *testing.T) {
 	}
 
 	// Release the volumes: kwok runs the pods, the XR turns Ready.
-	s.cl.holdPVs.Store("")
+	s.cl.HoldVolumes("")
 	released := time.Now()
 	u = s.waitReady(t, d)
 	t.Logf("Ready %s after the volumes were released", time.Since(released).Round(time.Millisecond))
@@ -813,7 +814,7 @@ func (s *suite) testSpread(t *testing.T) {
 
 	if _, err := s.k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        narrow,
-		Annotations: map[string]string{"scheduler.alpha.kubernetes.io/node-selector": kwokPairLabel + "=true"},
+		Annotations: map[string]string{"scheduler.alpha.kubernetes.io/node-selector": cluster.PairLabel + "=true"},
 	}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

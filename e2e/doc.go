@@ -1,13 +1,14 @@
 // Package e2e holds the end-to-end suite of function-database: a real control
 // plane on one machine (etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler, kwok for a fake node and pods) with Crossplane core running
-// out of cluster and calling the function over mTLS on 127.0.0.1. Core
-// installs the Database API and the function through its package manager,
-// by README's Install section run verbatim: both packages built with
-// hack/package.sh, pushed with hack/push.sh to xpkg.example.test (the
-// suite's registry serving TLS under that name, in a mount namespace whose
-// /etc/hosts points it there), the Configuration applied and waited for
-// (install_test.go, internal/registry, crossplane_test.go; docs/packaging.md).
+// kube-scheduler, kwok for a fake node and pods; internal/cluster, which also
+// runs the real nodes) with Crossplane core running out of cluster and
+// calling the function over mTLS on 127.0.0.1. Core installs the Database
+// API and the function through its package manager, by README's Install
+// section run verbatim: both packages built with hack/package.sh, pushed
+// with hack/push.sh to xpkg.example.test (the suite's registry serving TLS
+// under that name, in a mount namespace whose /etc/hosts points it there),
+// the Configuration applied and waited for (install_test.go,
+// internal/registry, crossplane_test.go; docs/packaging.md).
 //
 // The tests are behind the e2e build tag:
 //

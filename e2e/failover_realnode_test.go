@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 )
@@ -146,7 +147,7 @@ func TestFailover(t *testing.T) {
 	// deposed primary's).
 	s.step(t, "SupervisedRoll", func(t *testing.T) {
 		fullMatrix(t, "TestOperate/UpgradeFleet (a roll of every Database, with the checker), TestRealNode/MinorRoll")
-		s.supervisedRoll(t, d, ns, db, writerName, `{"spec":{"version":"15.1","primary":null}}`, postgresMinor)
+		s.supervisedRoll(t, d, ns, db, writerName, `{"spec":{"version":"15.1","primary":null}}`, cluster.PostgresMinor)
 	})
 }
 
@@ -1200,7 +1201,7 @@ func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal f
 // the pod's network namespace): its pause process, which lives as long as
 // the pod, else any; 0 when none is found.
 func podProcess(uid string) int {
-	pids := kubepodsPIDs(uid)
+	pids := cluster.KubepodsPIDs(uid)
 	for _, pid := range pids {
 		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "pause" {
 			return pid
@@ -1272,7 +1273,7 @@ func signalPod(t *testing.T, uid string, sig syscall.Signal) int {
 // returns how many it signalled.
 func stopPostgres(uid string, sig syscall.Signal) int {
 	n := 0
-	for _, pid := range kubepodsPIDs(uid) {
+	for _, pid := range cluster.KubepodsPIDs(uid) {
 		// PostgreSQL's processes only: a probe or an exec caught in the
 		// middle would hold the kubelet's prober for its 2-minute runtime
 		// timeout, which no real hang does.

@@ -95,7 +95,7 @@ func TestFleet(t *testing.T) {
 	// One instance each; a kwok node takes 110 pods.
 	nodes := n/100 + 1
 	for i := range nodes {
-		if err := s.cl.kwokNode(ctx, fmt.Sprintf("fleet-node-%d", i), fmt.Sprintf("zone-%c", 'a'+i%3), false); err != nil {
+		if err := s.cl.KwokNode(ctx, fmt.Sprintf("fleet-node-%d", i), fmt.Sprintf("zone-%c", 'a'+i%3), false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ const fleetNamespaces = 10
 // Crossplane's and the function's, by name.
 func (s *suite) controlPlane() map[string]*proc.Proc {
 	out := map[string]*proc.Proc{}
-	for _, p := range slices.Concat(s.cl.procs(), s.xp.procs()) {
+	for _, p := range slices.Concat(s.cl.Procs(), s.xp.procs()) {
 		out[p.Name] = p
 	}
 	return out

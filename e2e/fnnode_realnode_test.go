@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/example/function-database/e2e/internal/cluster"
 )
 
 var (
@@ -128,9 +130,9 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 				}
 			}
 		}
-		eventuallyExplained(t, 4*time.Minute, "the function alone on "+realNodeName+" again", func() (bool, string) {
+		eventuallyExplained(t, 4*time.Minute, "the function alone on "+cluster.RealNodeName+" again", func() (bool, string) {
 			pods, state := s.functionPods(ctx)
-			return len(pods) == 1 && pods[0].Spec.NodeName == realNodeName && podReady(&pods[0]), state
+			return len(pods) == 1 && pods[0].Spec.NodeName == cluster.RealNodeName && podReady(&pods[0]), state
 		}, func() string { pods, _ := s.functionPods(ctx); return s.functionReach(ctx, pods) })
 		c, err := s.k.client(runtimeConfigGVK, "")
 		if err == nil {
@@ -212,7 +214,7 @@ func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
 		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
 		host, _, _ := net.SplitHostPort(strings.TrimPrefix(ep, "dns:///"))
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		addrs, err := clusterResolver().LookupHost(lctx, host+".svc.cluster.local")
+		addrs, err := cluster.Resolver().LookupHost(lctx, host+".svc.cluster.local")
 		cancel()
 		out = append(out, fmt.Sprintf("endpoint %s resolves to %v (%v)", ep, addrs, err))
 	}

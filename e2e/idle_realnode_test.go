@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/function-database/e2e/internal/cluster"
 )
 
 // TestIdleCost measures what idle Databases cost the real node (issue 26,
@@ -186,7 +188,7 @@ func readPodUsage(uid string) (podUsage, error) {
 	var u podUsage
 	dir := func(hierarchy string) (string, error) {
 		for _, qos := range []string{"", "burstable", "besteffort"} {
-			d := filepath.Join(cgroupV1, hierarchy, "kubepods", qos, "pod"+uid)
+			d := filepath.Join(cluster.CgroupV1, hierarchy, "kubepods", qos, "pod"+uid)
 			if _, err := os.Stat(d); err == nil {
 				return d, nil
 			}

@@ -205,7 +205,7 @@ func (s *suite) runIsolated(ctx context.Context, logPath, hostsFile, script stri
 	cmd.Dir = s.root
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(),
-		"KUBECONFIG="+s.cl.kcfg,
+		"KUBECONFIG="+s.cl.Kubeconfig,
 		"PATH="+s.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"SSL_CERT_FILE="+s.reg.CAFile(),
 	)

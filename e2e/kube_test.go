@@ -43,13 +43,13 @@ type kube struct {
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 }
 
-func newKube(cfg *rest.Config) (*kube, error) {
+// newKube makes the suite's clients for cfg around cs, the cluster's
+// clientset for cfg (cluster.Cluster.Client, with the same QPS and burst):
+// the suite and the cluster's provisioner and nodes share it, and its
+// client-side rate limit.
+func newKube(cfg *rest.Config, cs kubernetes.Interface) (*kube, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 200, 400
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/example/function-database/e2e/internal/cluster"
 )
 
 // Scenario groups, and the lane (docs/developing.md, "The e2e suite's
@@ -33,9 +35,9 @@ import (
 // ends (stepLock).
 
 // concurrent marks t a group that runs beside the others, on node: the
-// first real node (realNodeName) or the lane's (laneNodeName). Two groups
-// never share a node: their Databases' CPU requests would not fit on one,
-// so a second group on a node waits for the first.
+// first real node (cluster.RealNodeName) or the lane's (laneNodeName). Two
+// groups never share a node: their Databases' CPU requests would not fit on
+// one, so a second group on a node waits for the first.
 //
 // Only with E2E_PARALLEL=1 (see above) do the groups run beside each other.
 func concurrent(t *testing.T, node string) {
@@ -78,7 +80,9 @@ func (s *suite) laneNode(t *testing.T) {
 	laneOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		n, err := s.startExtraNode(ctx, laneNodeName, laneLabel+"=true", "10.88.96.1", "10.88.127.254")
+		n, err := cluster.StartExtraNode(ctx, s.node, cluster.ExtraNode{
+			Name: laneNodeName, Labels: laneLabel + "=true", RangeStart: "10.88.96.1", RangeEnd: "10.88.127.254",
+		})
 		s.mu.Lock()
 		s.lanes = append(s.lanes, n)
 		s.mu.Unlock()
@@ -112,7 +116,7 @@ func (s *suite) stopLanes() {
 	s.mu.Unlock()
 	for _, n := range lanes {
 		if n != nil {
-			n.stopPoolNode()
+			n.Stop()
 		}
 	}
 }

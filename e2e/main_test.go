@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/registry"
 )
@@ -32,14 +33,14 @@ import (
 type suite struct {
 	root string // the repository
 	dir  string // temporary folder: logs, PKI, etcd data, certificates
-	cl   *cluster
+	cl   *cluster.Cluster
 	xp   *crossplane
 	reg  *registry.Registry // the packages' registry
 	k    *kube
-	node *node // the real node, started by the first real-node test
+	node *cluster.Node // the real node, started by the first real-node test
 	// pool are the real nodes TestNodes starts beside it, and stops
 	// (nodes_realnode_test.go); guarded by mu.
-	pool []*node
+	pool []*cluster.Node
 	bin  string // the tools' folder (crossplane, crane, ...)
 
 	// installed is what readmeInstall ran: README's Install blocks, each
@@ -51,7 +52,7 @@ type suite struct {
 	running   map[string]time.Time // steps under way, by full name: the watchdog names them
 	// lanes are the real nodes of the groups that run beside the first
 	// node's (lanes_realnode_test.go); guarded by mu.
-	lanes []*node
+	lanes []*cluster.Node
 	// stepLock: the top-level tests' steps hold it shared, a step that must
 	// run alone (stepAlone) exclusively.
 	stepLock sync.RWMutex
@@ -243,12 +244,14 @@ func (s *suite) setup(ctx context.Context) error {
 		fnErr <- nil
 	}()
 
-	s.cl, err = startCluster(ctx, s.dir, bin, logf)
+	s.cl, err = cluster.Start(ctx, cluster.Config{Dir: s.dir, Bin: bin, Logf: logf})
+	if err == nil {
+		s.k, err = newKube(s.cl.RESTConfig, s.cl.Client)
+	}
 	if err != nil {
 		<-fnErr
 		return fmt.Errorf("control plane: %w", err)
 	}
-	s.k = s.cl.kube
 	if err := <-fnErr; err != nil {
 		return err
 	}
@@ -262,7 +265,7 @@ func (s *suite) setup(ctx context.Context) error {
 		return err
 	}
 	logf("packages pushed over HTTPS to the registry on %s (%s)", s.reg.Addr(), time.Since(t0).Round(time.Millisecond))
-	s.xp, err = startCrossplane(ctx, s.dir, s.cl, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.CAFile(), logf)
+	s.xp, err = startCrossplane(ctx, s.dir, s.cl, s.k, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.CAFile(), logf)
 	if err != nil {
 		return fmt.Errorf("crossplane: %w", err)
 	}
@@ -310,6 +313,11 @@ func (s *suite) tools(ctx context.Context, logDir string) (string, error) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Example paths (notes/CONTRACT.md); E2E_EXAMPLES points at another folder
@@ -525,7 +533,7 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 func (s *suite) waitXRDs(ctx context.Context, names ...string) error {
 	for _, name := range names {
 		var last string
-		err := retry(ctx, 90*time.Second, func() error {
+		err := cluster.Retry(ctx, 90*time.Second, func() error {
 			x, err := s.k.get(ctx, gvkXRD, "", name)
 			if err != nil {
 				return err
@@ -578,18 +586,18 @@ func (s *suite) waitXRDRoles(ctx context.Context, name string) error {
 func (s *suite) procs() []*proc.Proc {
 	var ps []*proc.Proc
 	if s.cl != nil {
-		ps = append(ps, s.cl.procs()...)
+		ps = append(ps, s.cl.Procs()...)
 	}
 	if s.xp != nil {
 		ps = append(ps, s.xp.procs()...)
 	}
 	if s.node != nil {
-		ps = append(ps, s.node.procs()...)
+		ps = append(ps, s.node.Procs()...)
 	}
 	s.mu.Lock()
 	for _, n := range slices.Concat(s.pool, s.lanes) {
 		if n != nil {
-			ps = append(ps, n.procs()...)
+			ps = append(ps, n.Procs()...)
 		}
 	}
 	s.mu.Unlock()
@@ -607,10 +615,10 @@ func (s *suite) stop() {
 		s.stopPool()
 		s.stopLanes()
 		if s.node != nil {
-			s.node.stop()
+			s.node.Stop()
 		}
 		if s.cl != nil {
-			s.cl.stop()
+			s.cl.Stop()
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/internal/promcrds"
 )
 
@@ -48,7 +49,7 @@ func (s *suite) observe(t *testing.T, ns string) {
 	const comp, name = "database-real-metrics", "watched"
 	s.installMonitoringCRDs(t)
 	metrics := func(in map[string]any) {
-		in["metrics"] = map[string]any{"enabled": true, "image": exporterImage, "podMonitor": true, "alerts": true, "labels": map[string]any{"release": "e2e"}}
+		in["metrics"] = map[string]any{"enabled": true, "image": cluster.ExporterImage, "podMonitor": true, "alerts": true, "labels": map[string]any{"release": "e2e"}}
 	}
 	if err := s.applyComposition(ctx, comp, metrics); err != nil {
 		t.Fatal(err)

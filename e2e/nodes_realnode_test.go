@@ -7,14 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +22,7 @@ import (
 	clientretry "k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 )
@@ -66,7 +63,7 @@ func (s *suite) startPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	nodes := make([]*node, poolSize)
+	nodes := make([]*cluster.Node, poolSize)
 	errs := make([]error, poolSize)
 	var wg sync.WaitGroup
 	for i := range poolSize {
@@ -102,7 +99,7 @@ func (s *suite) startPool(t *testing.T) {
 func (s *suite) ensurePoolClass(ctx context.Context) error {
 	sc := &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: poolClass},
-		Provisioner:       provisionerName,
+		Provisioner:       cluster.Provisioner,
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 	}
@@ -114,231 +111,13 @@ func (s *suite) ensurePoolClass(ctx context.Context) error {
 
 // startPoolNode starts pool node i (1-based): containerd with the first
 // node's images, and a kubelet.
-func (s *suite) startPoolNode(ctx context.Context, i int) (*node, error) {
+func (s *suite) startPoolNode(ctx context.Context, i int) (*cluster.Node, error) {
 	third := 128 + 32*(i-1) // 10.88.128.0 - 10.88.255.255, 32 /24s a node
-	return s.startExtraNode(ctx, poolNode(i),
-		fmt.Sprintf("%s=true,%s=%s", poolLabel, corev1.LabelTopologyZone, poolZone(i)),
-		fmt.Sprintf("10.88.%d.1", third), fmt.Sprintf("10.88.%d.254", third+31))
-}
-
-// startExtraNode starts a real node beside the first one (a pool node, a
-// lane): its own containerd with the first node's images, state, cgroup
-// root and pod address range (rangeStart-rangeEnd, on the shared bridge),
-// and a kubelet registering the node with these labels.
-func (s *suite) startExtraNode(ctx context.Context, name, labels, rangeStart, rangeEnd string) (*node, error) {
-	n := &node{
-		dir: filepath.Join(s.dir, "nodes", name), bin: s.cl.bin, cl: s.cl,
-		name:       name,
-		labels:     labels,
-		cgroupRoot: "/e2e-" + name,
-		rangeStart: rangeStart, rangeEnd: rangeEnd,
-		tars: s.node.tars,
-	}
-	if n.dir != filepath.Dir(s.cl.volumesOf(name)) {
-		return n, fmt.Errorf("node %s: its folder %s is not where the provisioner puts its volumes (%s)", name, n.dir, s.cl.volumesOf(name))
-	}
-	t0 := time.Now()
-	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet", "pods", "volumes"} {
-		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
-			return n, err
-		}
-	}
-	if err := n.makeCgroups(); err != nil {
-		return n, fmt.Errorf("node %s: %w", name, err)
-	}
-	if err := n.startContainerd(ctx); err != nil {
-		return n, fmt.Errorf("node %s: %w", name, err)
-	}
-	if err := n.importTars(ctx); err != nil {
-		return n, fmt.Errorf("node %s: images: %w", name, err)
-	}
-	if err := n.startKubelet(ctx); err != nil {
-		return n, fmt.Errorf("node %s: %w", name, err)
-	}
-	logf("node %s Ready in %s", name, time.Since(t0).Round(time.Millisecond))
-	return n, nil
-}
-
-// cgroupHierarchies are the mounted cgroup v1 hierarchies (the empty v2
-// mount, unified, aside).
-func cgroupHierarchies() []string {
-	entries, _ := os.ReadDir(cgroupV1)
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() && e.Name() != "unified" {
-			out = append(out, filepath.Join(cgroupV1, e.Name()))
-		}
-	}
-	return out
-}
-
-// makeCgroups creates the node's cgroup root in every hierarchy: the
-// kubelet refuses a cgroupRoot that does not exist. A cpuset cgroup starts
-// with no CPU and no memory node: the parent's are copied.
-func (n *node) makeCgroups() error {
-	for _, h := range cgroupHierarchies() {
-		dir := filepath.Join(h, n.cgroupRoot)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if filepath.Base(h) == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				v, err := os.ReadFile(filepath.Join(h, f))
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
-					return fmt.Errorf("%s: %w", filepath.Join(dir, f), err)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// removeCgroups removes the node's cgroup root and what its kubelet made
-// under it, deepest first (their processes are gone).
-func (n *node) removeCgroups() {
-	for _, h := range cgroupHierarchies() {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(h, n.cgroupRoot), func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
-		for _, d := range dirs {
-			_ = syscall.Rmdir(d)
-		}
-	}
-}
-
-// shimPIDs are the node's containerd shims (their command line names its
-// socket): they outlive containerd, and its containers outlive them.
-func (n *node) shimPIDs() []int {
-	var pids []int
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if strings.Contains(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, n.sock) {
-			if pid, err := strconv.Atoi(filepath.Base(d)); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// podNetns are the network namespaces (inode numbers) of the node's pods,
-// read from their processes.
-func (n *node) podNetns() map[uint64]bool {
-	out := map[uint64]bool{}
-	for _, pid := range kubepodsPIDsUnder(n.kubepods(), "", nil) {
-		var st syscall.Stat_t
-		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil {
-			out[st.Ino] = true
-		}
-	}
-	return out
-}
-
-// linksDown sets every link but the loopback down in the named network
-// namespaces (/run/netns) whose inode is one of these.
-func linksDown(inodes map[uint64]bool) error {
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/run/netns", e.Name()), &st) != nil || !inodes[st.Ino] {
-			continue
-		}
-		out, err := exec.Command("ip", "-n", e.Name(), "-o", "link", "show").Output()
-		if err != nil {
-			return fmt.Errorf("links of network namespace %s: %w", e.Name(), err)
-		}
-		for l := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-			// "2: eth0@if7: <BROADCAST,...> ..."
-			f := strings.Fields(l)
-			if len(f) < 2 {
-				continue
-			}
-			link, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-			if link == "lo" {
-				continue
-			}
-			if b, err := exec.Command("ip", "-n", e.Name(), "link", "set", "dev", link, "down").CombinedOutput(); err != nil {
-				return fmt.Errorf("link %s of network namespace %s down: %w: %s", link, e.Name(), err, b)
-			}
-		}
-	}
-	return nil
-}
-
-// deleteNetns deletes the named network namespaces (/run/netns) whose inode
-// is one of these: a pod's namespace outlives its processes as long as it is
-// named there, and with it its veth on the bridge and its address, which
-// would refuse connections at once where a dead machine answers nothing.
-func deleteNetns(inodes map[uint64]bool) []string {
-	var deleted []string
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/run/netns", e.Name()), &st) == nil && inodes[st.Ino] {
-			if exec.Command("ip", "netns", "delete", e.Name()).Run() == nil {
-				deleted = append(deleted, e.Name())
-			}
-		}
-	}
-	return deleted
-}
-
-// kill kills the node at once, as a machine that loses power: its pods'
-// network links go down first, so that no process killed next closes a
-// connection (a dead machine sends no FIN and no RST: its peers' connections
-// stay open and unanswered, which is what a client without keepalives, as
-// Crossplane core's, hangs on); then SIGKILL to its kubelet and its
-// containerd, then to its shims and every process in its pod cgroups until
-// none is left; then its pods' network namespaces go (their addresses with
-// them). It returns how many processes it killed besides the kubelet and
-// containerd.
-func (n *node) kill() (int, error) {
-	netns := n.podNetns()
-	if err := linksDown(netns); err != nil {
-		return 0, fmt.Errorf("node %s: %w", n.name, err)
-	}
-	n.kubelet.Kill()
-	n.containerd.Kill()
-	killed := map[int]bool{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			killed[pid] = true
-		}
-		if time.Now().After(deadline) {
-			return len(killed), fmt.Errorf("node %s: processes still alive 30 s after SIGKILL: %v", n.name, pids)
-		}
-		time.Sleep(20 * time.Millisecond) // until the kernel has reaped them
-	}
-	deleteNetns(netns)
-	return len(killed), nil
-}
-
-// revive starts the killed node's containerd and kubelet again (same
-// configuration, same state) and waits until the Node is Ready.
-func (n *node) revive(ctx context.Context) error {
-	if err := n.runContainerd(ctx); err != nil {
-		return err
-	}
-	return n.runKubelet(ctx)
+	return cluster.StartExtraNode(ctx, s.node, cluster.ExtraNode{
+		Name:       poolNode(i),
+		Labels:     fmt.Sprintf("%s=true,%s=%s", poolLabel, corev1.LabelTopologyZone, poolZone(i)),
+		RangeStart: fmt.Sprintf("10.88.%d.1", third), RangeEnd: fmt.Sprintf("10.88.%d.254", third+31),
+	})
 }
 
 // stopPool stops every pool node and deletes its Node: the tests after
@@ -360,43 +139,12 @@ func (s *suite) stopPool() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.stopPoolNode()
+			n.Stop()
 		}()
 	}
 	wg.Wait()
-	removePodNetns()
+	cluster.RemovePodNetns()
 	logf("pool: %d nodes stopped in %s", len(pool), time.Since(t0).Round(time.Millisecond))
-}
-
-// stopPoolNode stops the node's kubelet, its containers and containerd,
-// kills what is left, removes its cgroups and mounts, and deletes its Node.
-func (n *node) stopPoolNode() {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if n.kubelet != nil {
-		n.kubelet.Stop(k8sStop)
-	}
-	if n.containerd != nil {
-		if ended, _ := n.containerd.Exited(); !ended {
-			n.removePods(ctx)
-		}
-		n.containerd.Stop(k8sStop)
-	}
-	for range 50 {
-		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(100 * time.Millisecond) // until the kernel has reaped them
-	}
-	n.removeCgroups()
-	unmountUnder(n.dir)
-	if err := n.cl.kube.cs.CoreV1().Nodes().Delete(ctx, n.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		logf("pool: delete node %s: %v", n.name, err)
-	}
 }
 
 // poolNamespace makes a namespace whose pods go to the pool's nodes.
@@ -405,11 +153,11 @@ func (s *suite) poolNamespace(t *testing.T, ns string) {
 }
 
 // poolNodeNamed is the pool's node of this name, nil if none.
-func (s *suite) poolNodeNamed(name string) *node {
+func (s *suite) poolNodeNamed(name string) *cluster.Node {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.pool {
-		if n != nil && n.name == name {
+		if n != nil && n.Name == name {
 			return n
 		}
 	}
@@ -482,7 +230,7 @@ func TestNodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pv.Spec.HostPath == nil || !strings.HasPrefix(pv.Spec.HostPath.Path, s.cl.volumesOf(name)+"/") {
+			if pv.Spec.HostPath == nil || !strings.HasPrefix(pv.Spec.HostPath.Path, s.cl.VolumesOf(name)+"/") {
 				t.Errorf("%s's volume %s is not a folder of %s: %+v", pod, pv.Name, name, pv.Spec.HostPath)
 			}
 			if na := pv.Spec.NodeAffinity; na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 ||
@@ -599,34 +347,34 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	if victim == nil {
 		t.Fatalf("the primary %s runs on %q, not a pool node", from, where[from])
 	}
-	t.Logf("the writer writes from %s; killing %s, the node of the primary %s", spare, victim.name, from)
+	t.Logf("the writer writes from %s; killing %s, the node of the primary %s", spare, victim.Name, from)
 	// The postmaster's lock file, which the kill leaves behind (the
 	// entrypoint execs postgres: the PID is the entrypoint's in its
 	// container).
 	t.Logf("%s's postmaster.pid names PID %s", from, s.postmasterPID(ns, from))
 
 	lost := time.Now()
-	killed, err := victim.kill()
+	killed, err := victim.Kill()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed %s: kubelet, containerd and %d processes (shims, containers) in %s", victim.name, killed, time.Since(lost).Round(time.Millisecond))
+	t.Logf("killed %s: kubelet, containerd and %d processes (shims, containers) in %s", victim.Name, killed, time.Since(lost).Round(time.Millisecond))
 	revived := false
 	defer func() {
 		if !revived { // the test failed before: the node comes back for the cleanup
-			_ = victim.revive(ctx)
+			_ = victim.Revive(ctx)
 		}
 	}()
 
-	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+	eventually(t, 2*time.Minute, victim.Name+" NotReady", func() (bool, string) {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return !nodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
+		return !cluster.NodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
 	})
 	notReady := time.Since(lost)
-	t.Logf("%s NotReady %s after its death", victim.name, notReady.Round(100*time.Millisecond))
+	t.Logf("%s NotReady %s after its death", victim.Name, notReady.Round(100*time.Millisecond))
 
 	to := s.waitPrimaryMoved(t, d, ns, db, from, promoteWithin, "a standby promoted in place of "+from)
 	promoted := time.Now()
@@ -638,18 +386,18 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	rto := checker.MeasureRTO(writer.Parse(s.podLog(ns, writerName, "writer")), lost)
 	t.Logf("writes acknowledged again on the new timeline %s after the node's death (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
 	// The Database names the instance on the dead node, and the node.
-	eventually(t, time.Minute, "condition Instances naming "+from+" on "+victim.name, func() (bool, string) {
+	eventually(t, time.Minute, "condition Instances naming "+from+" on "+victim.Name, func() (bool, string) {
 		c := getCondition(d.get(t), "Instances")
-		return c.Status == "False" && strings.Contains(c.Message, from+" on node "+victim.name), fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		return c.Status == "False" && strings.Contains(c.Message, from+" on node "+victim.Name), fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
 	})
-	t.Logf("with %s dead: %s", victim.name, conditionsString(d.get(t)))
+	t.Logf("with %s dead: %s", victim.Name, conditionsString(d.get(t)))
 
 	back := time.Now()
-	if err := victim.revive(ctx); err != nil {
-		t.Fatalf("revive %s: %v", victim.name, err)
+	if err := victim.Revive(ctx); err != nil {
+		t.Fatalf("revive %s: %v", victim.Name, err)
 	}
 	revived = true
-	t.Logf("%s Ready again %s after its restart (down %s)", victim.name, time.Since(back).Round(100*time.Millisecond), time.Since(lost).Round(time.Second))
+	t.Logf("%s Ready again %s after its restart (down %s)", victim.Name, time.Since(back).Round(100*time.Millisecond), time.Since(lost).Round(time.Second))
 	// The old primary's pod runs again on the same node: its containers
 	// start in a new sandbox (a new PID namespace, shared by the pod's
 	// containers), with the volumes and emptyDirs of before. While it is
@@ -735,7 +483,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		}
 	}
 	victim := s.poolNodeNamed(where[lost])
-	if victim == nil || victim.name == spare {
+	if victim == nil || victim.Name == spare {
 		t.Fatalf("the standby %s runs on %q, not a pool node of its own", lost, where[lost])
 	}
 	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
@@ -743,38 +491,38 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		t.Fatal(err)
 	}
 	fault := time.Now()
-	killed, err := victim.kill()
+	killed, err := victim.Kill()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed %s, the standby %s's node, for good (%d processes)", victim.name, lost, killed)
+	t.Logf("killed %s, the standby %s's node, for good (%d processes)", victim.Name, lost, killed)
 	defer func() {
 		// Failed half way: the dead node's pods would hold the Database's
 		// removal (its pods never finish terminating there).
 		if t.Failed() {
 			pods, _ := s.instancePods(ns, db)
 			for _, p := range pods {
-				if p.Spec.NodeName == victim.name {
+				if p.Spec.NodeName == victim.Name {
 					_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 				}
 			}
 		}
 	}()
-	eventually(t, 2*time.Minute, victim.name+" NotReady", func() (bool, string) {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+	eventually(t, 2*time.Minute, victim.Name+" NotReady", func() (bool, string) {
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return !nodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
+		return !cluster.NodeReady(nd), fmt.Sprintf("%v", nd.Status.Conditions)
 	})
-	t.Logf("%s NotReady %s after its death", victim.name, time.Since(fault).Round(100*time.Millisecond))
+	t.Logf("%s NotReady %s after its death", victim.Name, time.Since(fault).Round(100*time.Millisecond))
 
 	// 1. Out of service: the taint eviction and the pod GC delete its pods
 	// by force.
 	// The node lifecycle controller taints the node (unreachable) at
 	// about the same time: read and update again on a conflict.
 	if err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.name, metav1.GetOptions{})
+		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -782,10 +530,10 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		_, err = s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
-		t.Fatalf("taint %s out of service: %v", victim.name, err)
+		t.Fatalf("taint %s out of service: %v", victim.Name, err)
 	}
 	tainted := time.Now()
-	eventually(t, 2*time.Minute, "the pod "+lost+" on "+victim.name+" deleted", func() (bool, string) {
+	eventually(t, 2*time.Minute, "the pod "+lost+" on "+victim.Name+" deleted", func() (bool, string) {
 		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, ""
@@ -796,7 +544,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		return p.UID != old.UID, fmt.Sprintf("%s on %s, deletionTimestamp %v", p.Name, p.Spec.NodeName, p.DeletionTimestamp)
 	})
 	t.Logf("%s's pod deleted %s after the taint", lost, time.Since(tainted).Round(100*time.Millisecond))
-	t.Logf("with %s out of service: %s", victim.name, conditionsString(d.get(t)))
+	t.Logf("with %s out of service: %s", victim.Name, conditionsString(d.get(t)))
 	// 2. Its claims (bound to volumes on the dead node), then the pending
 	// pod that holds them (pvc-protection).
 	var claims []string
@@ -819,7 +567,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 			return false, err.Error()
 		}
 		placed = p.Spec.NodeName
-		return placed != "" && placed != victim.name && podReady(p), s.podsState(ns, db) + "; " + s.postgresTail(ns, lost, false, 4)
+		return placed != "" && placed != victim.Name && podReady(p), s.podsState(ns, db) + "; " + s.postgresTail(ns, lost, false, 4)
 	})
 	t.Logf("%s ready on %s %s after the node's death (%s after the taint)", lost, placed, time.Since(fault).Round(time.Second), time.Since(tainted).Round(time.Second))
 	if placed != spare {

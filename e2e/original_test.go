@@ -242,18 +242,18 @@ func (s *suite) newShell(t *testing.T, dir string) shell {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	cfg, err := os.ReadFile(s.cl.kcfg)
+	cfg, err := os.ReadFile(s.cl.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	sh := shell{dir: dir, kubeconfig: filepath.Join(home, "kubeconfig"), path: s.cl.bin + string(os.PathListSeparator) + os.Getenv("PATH")}
+	sh := shell{dir: dir, kubeconfig: filepath.Join(home, "kubeconfig"), path: s.cl.Bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 	if err := os.WriteFile(sh.kubeconfig, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tool := range []string{"kubectl", "crossplane"} {
-		if !fileExists(filepath.Join(s.cl.bin, tool)) {
-			t.Fatalf("no %s in %s: hack/cluster-tools.sh and hack/tools.sh build it", tool, s.cl.bin)
+		if !fileExists(filepath.Join(s.cl.Bin, tool)) {
+			t.Fatalf("no %s in %s: hack/cluster-tools.sh and hack/tools.sh build it", tool, s.cl.Bin)
 		}
 	}
 	return sh

@@ -44,7 +44,7 @@ import (
 // gives. The relabelling is then the one a kubernetes_sd_configs job (and
 // the Prometheus Operator's PodMonitor) would use, and swapping the
 // discovery for `kubernetes_sd_configs: [{role: pod, kubeconfig_file:
-// <s.cl.kcfg>}]` is all a Prometheus built with it needs.
+// <s.cl.Kubeconfig>}]` is all a Prometheus built with it needs.
 
 // prometheus is one running server.
 type prometheus struct {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -194,12 +195,12 @@ func readYAML(path string, into any) error {
 // into a pod.
 func (x *crossplane) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
 	secs := int64(tokenLifetime / time.Second)
-	tr, err := x.cl.kube.cs.CoreV1().ServiceAccounts(xpNamespace).CreateToken(ctx, sa,
+	tr, err := x.k.cs.CoreV1().ServiceAccounts(xpNamespace).CreateToken(ctx, sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", xpNamespace, sa, err)
 	}
-	return x.cl.pki.TokenKubeconfig(sa, x.cl.host, tr.Status.Token)
+	return x.cl.PKI.TokenKubeconfig(sa, x.cl.Host, tr.Status.Token)
 }
 
 // access is one request a ServiceAccount may or may not be allowed.
@@ -238,7 +239,7 @@ func (k *kube) allowed(ctx context.Context, ns, sa string, a access) (bool, erro
 // aggregation controller has copied the rules of the roles it selects.
 func (k *kube) waitAllowed(ctx context.Context, timeout time.Duration, sa string, want bool, as ...access) error {
 	var wrong []string
-	err := retry(ctx, timeout, func() error {
+	err := cluster.Retry(ctx, timeout, func() error {
 		wrong = wrong[:0]
 		for _, a := range as {
 			ok, err := k.allowed(ctx, xpNamespace, sa, a)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -31,8 +32,7 @@ import (
 // Secret. Run them alone with `hack/e2e.sh -run TestRealNode`.
 
 const (
-	realNamespaceLabel = "e2e.function-database/real-node"
-	realComposition    = "database-real-node"
+	realComposition = "database-real-node"
 	// Real pods start PostgreSQL, clone standbys and take dumps on two busy
 	// cores: their waits are longer than kwok's.
 	realReady = 5 * time.Minute
@@ -53,7 +53,7 @@ func (s *suite) realNode(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 		t0 := time.Now()
-		s.node, nodeErr = s.startNode(ctx)
+		s.node, nodeErr = cluster.StartNode(ctx, s.cl, s.root)
 		if nodeErr != nil {
 			nodeErr = fmt.Errorf("real node: %w", nodeErr)
 			return
@@ -101,7 +101,7 @@ func (s *suite) realComposition(name string, edit func(input map[string]any)) (*
 	if input == nil {
 		input = map[string]any{"apiVersion": "database.fn.example.com/v1beta1", "kind": "Input"}
 	}
-	input["image"] = postgresRepo
+	input["image"] = cluster.PostgresRepo
 	// One node with two cores: tiers sized to fit a large Database, a
 	// restored copy and the backup Jobs at once (what a platform does for a
 	// small cluster). Replicas and the settings standbys must match
@@ -139,10 +139,10 @@ func (s *suite) nodeNamespace(t *testing.T, ns, selector string) {
 	t.Helper()
 	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
-		Labels: map[string]string{realNamespaceLabel: "true"},
+		Labels: map[string]string{cluster.RealNamespaceLabel: "true"},
 		Annotations: map[string]string{
 			"scheduler.alpha.kubernetes.io/node-selector":      selector,
-			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint),
+			"scheduler.alpha.kubernetes.io/defaultTolerations": fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, cluster.RealNodeTaint),
 		},
 	}}
 	if _, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -209,7 +209,7 @@ func psqlPod(ns, name, container string, command []string, env []corev1.EnvVar) 
 			},
 			Containers: []corev1.Container{{
 				Name:            container,
-				Image:           postgresImage,
+				Image:           cluster.PostgresImage,
 				ImagePullPolicy: corev1.PullNever,
 				Command:         command,
 				Env:             env,
@@ -370,7 +370,7 @@ const checksums = `SELECT string_agg(format('%s:%s', c.relname, (xpath('/row/c/t
 // TestRealNode runs the Database on real pods. The scenarios share one
 // medium Database (orders in shop-real) and run in order.
 func TestRealNode(t *testing.T) {
-	concurrent(t, realNodeName) // beside TestFailover (on the lane's node) with E2E_PARALLEL=1
+	concurrent(t, cluster.RealNodeName) // beside TestFailover (on the lane's node) with E2E_PARALLEL=1
 	s := env
 	s.realNode(t)
 	const ns, db, app = "shop-real", "orders", "app"
@@ -390,7 +390,7 @@ func TestRealNode(t *testing.T) {
 			t.Fatalf("want 2 database pods: %v %v", err, s.podsState(ns, db))
 		}
 		for _, p := range pods {
-			if p.Spec.NodeName != realNodeName || p.Status.Phase != corev1.PodRunning || !podReady(p) {
+			if p.Spec.NodeName != cluster.RealNodeName || p.Status.Phase != corev1.PodRunning || !podReady(p) {
 				t.Errorf("pod %s on %s: %s ready=%v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(p))
 			}
 		}
@@ -549,7 +549,7 @@ func TestRealNode(t *testing.T) {
 		// old primary; spec.primary brings the primary back to ordinal 0
 		// (DeleteRetainRecreate below finds the primary's data there).
 		before := s.mustSQL(t, ns, app, "", checksums)
-		s.supervisedRoll(t, d, ns, db, "", `{"spec":{"version":"15.1","primary":0}}`, postgresMinor)
+		s.supervisedRoll(t, d, ns, db, "", `{"spec":{"version":"15.1","primary":0}}`, cluster.PostgresMinor)
 		// The switchover back starts once the roll is done.
 		eventually(t, 3*time.Minute, "status.primary "+db+"-0 again (spec.primary)", func() (bool, string) {
 			u := d.get(t)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/example/function-database/e2e/internal/cluster"
 )
 
 // functionInPod moves the function from the suite's process into a pod on
@@ -38,13 +39,13 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	}
 	// The function's pod goes to the real node (kwok would fake it).
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"scheduler.alpha.kubernetes.io/node-selector":"type=real","scheduler.alpha.kubernetes.io/defaultTolerations":%q}}}`,
-		fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, realNodeTaint))
+		fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, cluster.RealNodeTaint))
 	if _, err := s.k.cs.CoreV1().Namespaces().Patch(ctx, xpNamespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("namespace %s to the real node: %w", xpNamespace, err)
 	}
 
-	resolv := n.path("core-resolv.conf")
-	if err := os.WriteFile(resolv, []byte(fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", bridgeIP, xpNamespace)), 0o644); err != nil {
+	resolv := n.Path("core-resolv.conf")
+	if err := os.WriteFile(resolv, []byte(fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", cluster.BridgeIP, xpNamespace)), 0o644); err != nil {
 		return err
 	}
 	x.core.Stop(15 * time.Second)
@@ -99,11 +100,11 @@ func (s *suite) functionInPod(ctx context.Context) error {
 // the FunctionRevision's resolved source, which the ImageConfig has rewritten
 // from pkgHost to the loopback registry. Both are configured, the second as a
 // mirror, in case a revision keeps the name.
-func (s *suite) pullsPackages(n *node) error {
-	if err := n.trustRegistry(s.reg.Addr(), s.reg.CAFile()); err != nil {
+func (s *suite) pullsPackages(n *cluster.Node) error {
+	if err := n.TrustRegistry(s.reg.Addr(), s.reg.CAFile()); err != nil {
 		return err
 	}
-	return n.mirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.Addr(), s.reg.CAFile())
+	return n.MirrorRegistry(strings.TrimSuffix(pkgHost, "/"), s.reg.Addr(), s.reg.CAFile())
 }
 
 // functionPod returns the function's Ready pod on the real node, or nil and
@@ -133,7 +134,7 @@ func (s *suite) functionPod(ctx context.Context) (*corev1.Pod, string) {
 	var states []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Spec.NodeName == realNodeName && podReady(p) {
+		if p.Spec.NodeName == cluster.RealNodeName && podReady(p) {
 			return p, ""
 		}
 		states = append(states, fmt.Sprintf("pod %s on %q: %s%s", p.Name, p.Spec.NodeName, p.Status.Phase, containerWaiting(p)))
@@ -149,16 +150,4 @@ func containerWaiting(p *corev1.Pod) string {
 		}
 	}
 	return out
-}
-
-// mirrorRegistry makes the node's containerd pull images named host/... from
-// the HTTPS registry at mirror (HOST:PORT) instead, trusting caFile for it.
-func (n *node) mirrorRegistry(host, mirror, caFile string) error {
-	dir := n.path("containerd", "certs.d", host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n",
-		"https://"+host, "https://"+mirror, caFile)
-	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/example/function-database/e2e/internal/cluster"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -121,7 +122,7 @@ func (s *suite) deferredUpdates(t *testing.T, ns string) {
 	if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, standby, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, realReady, standby+" back, ready, on "+postgresMinor, func() (bool, string) {
+	eventually(t, realReady, standby+" back, ready, on "+cluster.PostgresMinor, func() (bool, string) {
 		_, state := w.poll(t, s)
 		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
 		if err != nil {
@@ -133,7 +134,7 @@ func (s *suite) deferredUpdates(t *testing.T, ns string) {
 				img = c.Image
 			}
 		}
-		return w.replaced[standby] == 1 && podReady(p) && img == postgresMinor, img + "; " + state
+		return w.replaced[standby] == 1 && podReady(p) && img == cluster.PostgresMinor, img + "; " + state
 	})
 	if n := len(w.replaced); n != 1 {
 		t.Errorf("pods replaced: %v, want only %s (deleted by hand)", w.replaced, standby)

@@ -1,10 +1,6 @@
-//go:build e2e
-
-package e2e
+package cluster
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,18 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,40 +29,66 @@ import (
 // The real node: kubelet, kube-proxy, containerd + runc + CNI bridge, CoreDNS
 // and kube-router's NetworkPolicy firewall, every one a child process with
 // its state in the suite's folder. Pods land on it only from namespaces made
-// by realNamespace (a node selector and a toleration of its taint, added by
-// the API server's PodNodeSelector and PodTolerationRestriction admission);
-// every other pod stays on the kwok node.
+// by the suite's realNamespace (a node selector and a toleration of its
+// taint, added by the API server's PodNodeSelector and
+// PodTolerationRestriction admission); every other pod stays on the kwok
+// node.
 const (
-	realNodeName  = "real-node"
-	realNodeTaint = "e2e.function-database/real-node"
+	// RealNodeName is the first real node's name ([StartNode]).
+	RealNodeName = "real-node"
+	// RealNodeTaint is the key of the taint (value "true", NoSchedule)
+	// every real node registers with: only the pods that tolerate it run
+	// there.
+	RealNodeTaint = "e2e.function-database/real-node"
 	// The pod network is a bridge on this machine with no route or
 	// masquerade out of it (a mangle-table guard drops what would leave).
-	podCIDR     = "10.88.0.0/16"
-	bridgeName  = "fdb0"
-	bridgeIP    = "10.88.0.1" // the pods' gateway and their DNS server
+	podCIDR    = "10.88.0.0/16"
+	bridgeName = "fdb0"
+	// BridgeIP is the bridge's address on this machine: the pods' gateway
+	// and their DNS server (CoreDNS), every real node's InternalIP, and
+	// where the pods reach the API server (through the kubernetes Service)
+	// and what else the suite serves them.
+	BridgeIP    = "10.88.0.1"
 	serviceCIDR = "10.0.0.0/24"
 	guardChain  = "FDB-E2E-GUARD"
 
-	pauseImage    = "e2e.local/pause:1"
-	postgresRepo  = "e2e.local/postgres"
-	postgresImage = postgresRepo + ":15"
-	// The same image under a newer minor tag, for the minor-roll scenario.
-	postgresMinor = postgresRepo + ":15.1"
-	// The metrics sidecar: postgres_exporter (hack/tools.sh), its static
-	// binary alone at /bin/postgres_exporter. The tag is the version
-	// hack/tools.sh pins (EXPORTER_VERSION).
-	exporterImage = "e2e.local/postgres-exporter:v0.17.1"
+	pauseImage = "e2e.local/pause:1"
+	// PostgresRepo is the repository of the PostgreSQL image the real
+	// nodes import (hack/node-images.sh), never pulled.
+	PostgresRepo = "e2e.local/postgres"
+	// PostgresImage is the PostgreSQL 15 image the real nodes import.
+	PostgresImage = PostgresRepo + ":15"
+	// PostgresMinor is the same image under a newer minor tag, for the
+	// minor-roll scenario.
+	PostgresMinor = PostgresRepo + ":15.1"
+	// ExporterImage is the metrics sidecar: postgres_exporter
+	// (hack/tools.sh), its static binary alone at /bin/postgres_exporter.
+	// The tag is the version hack/tools.sh pins (EXPORTER_VERSION).
+	ExporterImage = "e2e.local/postgres-exporter:v0.17.1"
 )
 
-type node struct {
-	dir  string
-	bin  string
-	cl   *cluster
-	sock string // containerd's socket
+// Node is a real node: a kubelet and a containerd of its own, made by
+// [StartNode] (the first node, which also runs the machine's kube-proxy,
+// CoreDNS, kube-router and the API server's forwarder) or [StartExtraNode]
+// (a node beside it).
+type Node struct {
+	// Name is the Node's; the first node is RealNodeName, the pool's
+	// (TestNodes, nodes_realnode_test.go) are poolNode(i), the lane's
+	// laneNodeName.
+	Name string
+	// Dir is the node's folder: containerd's root, state and registry
+	// hosts (containerd/), the CNI configuration and addresses (cni/), the
+	// kubelet's root (kubelet/), the pods' logs (pods/), the volumes the
+	// provisioner makes for it (volumes/), its configuration files and
+	// kubeconfigs. [Node.Path] names what is in it.
+	Dir string
 
-	// name is the Node's; the first node is realNodeName, the pool's
-	// (TestNodes, nodes_realnode_test.go) are poolNode(i).
-	name string
+	bin  string
+	cl   *Cluster
+	sock string // containerd's socket
+	// first is the first node's: it owns the machine's pod network.
+	first bool
+
 	// labels are the kubelet's --node-labels.
 	labels string
 	// cgroupRoot is the kubelet's cgroupRoot ("" for the first node: the
@@ -93,7 +108,9 @@ type node struct {
 	api                                     net.Listener // exposeAPI's
 }
 
-func (n *node) procs() []*proc.Proc {
+// Procs are the node's processes that were made: what the suite watches,
+// measures and quotes the logs of.
+func (n *Node) Procs() []*proc.Proc {
 	var out []*proc.Proc
 	for _, p := range []*proc.Proc{n.containerd, n.kubelet, n.proxy, n.dns, n.router} {
 		if p != nil {
@@ -118,14 +135,24 @@ var realNodeNeeds = []struct{ path, from string }{
 	{"/usr/lib/cni/loopback", "Debian containernetworking-plugins"},
 }
 
-func (s *suite) startNode(ctx context.Context) (*node, error) {
-	n := &node{
-		dir: filepath.Join(s.dir, "node"), bin: s.cl.bin, cl: s.cl,
-		name: realNodeName, labels: "type=real",
+// StartNode starts the first real node, RealNodeName, in c.Dir/node: the pod
+// network (the bridge, the kernel's settings and a guard against traffic
+// leaving it), containerd with the suite's images imported (built from the
+// repository at root: e2e/internal/pause and hack/node-images.sh), the
+// kubelet, kube-proxy, the API server's forwarder for the pods, CoreDNS and
+// kube-router. It needs root. It first kills what a suite killed before its
+// cleanup left running (containers, pod network namespaces). It returns once
+// every component answers and the Node is Ready; on an error it returns what
+// it started too, for [Node.Stop] to stop.
+func StartNode(ctx context.Context, c *Cluster, root string) (*Node, error) {
+	n := &Node{
+		Dir: filepath.Join(c.Dir, "node"), bin: c.Bin, cl: c, first: true,
+		Name: RealNodeName, labels: "type=real",
 		// The lane's node takes 10.88.96.0 - 10.88.127.255 (laneNode),
 		// the pool's nodes from 10.88.128.0 up (poolNode).
 		rangeStart: "10.88.0.2", rangeEnd: "10.88.95.254",
 	}
+	logf := c.logf
 	t0 := time.Now()
 	if os.Geteuid() != 0 {
 		return n, errors.New("the real node needs root (cgroups, network namespaces, iptables)")
@@ -145,7 +172,7 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 		}
 	}
 	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet", "pods", "volumes"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return n, err
 		}
 	}
@@ -155,7 +182,7 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 	// machine at a time.
 	_ = exec.CommandContext(ctx, "pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*function-database-e2e-").Run()
 	killKubepods()
-	removePodNetns()
+	RemovePodNetns()
 	if err := n.network(ctx); err != nil {
 		return n, fmt.Errorf("pod network: %w", err)
 	}
@@ -163,14 +190,14 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 		return n, err
 	}
 	logf("real node: containerd up (%s)", time.Since(t0).Round(time.Millisecond))
-	if err := n.importImages(ctx, s); err != nil {
+	if err := n.importImages(ctx, root); err != nil {
 		return n, fmt.Errorf("images: %w", err)
 	}
 	logf("real node: images imported (%s)", time.Since(t0).Round(time.Millisecond))
 	if err := n.startKubelet(ctx); err != nil {
 		return n, err
 	}
-	logf("real node: kubelet registered %s Ready (%s)", realNodeName, time.Since(t0).Round(time.Millisecond))
+	logf("real node: kubelet registered %s Ready (%s)", RealNodeName, time.Since(t0).Round(time.Millisecond))
 	if err := n.startProxy(ctx); err != nil {
 		return n, err
 	}
@@ -187,33 +214,90 @@ func (s *suite) startNode(ctx context.Context) (*node, error) {
 	return n, nil
 }
 
-func (n *node) binary(name string) string { return filepath.Join(n.bin, name) }
+// ExtraNode is a real node beside the first one, as [StartExtraNode] is to
+// start it: its name, labels and pod addresses.
+type ExtraNode struct {
+	// Name is the Node's name; its folder is Dir/nodes/<Name>, its cgroup
+	// root /e2e-<Name>.
+	Name string
+	// Labels are the kubelet's --node-labels (key=value,...).
+	Labels string
+	// RangeStart and RangeEnd bound the node's pod addresses inside the
+	// pod network (10.88.0.0/16), on the bridge the nodes share: no two
+	// nodes' ranges may overlap, nor the first node's (10.88.0.2 -
+	// 10.88.95.254).
+	RangeStart, RangeEnd string
+}
 
-// trustRegistry lets the node's containerd pull from an HTTPS registry at
+// StartExtraNode starts a real node beside the first one (a pool node, a
+// lane): its own containerd with the first node's images, state, cgroup
+// root and pod address range (on the shared bridge), and a kubelet
+// registering the node with these labels; the first node's kube-proxy,
+// CoreDNS and kube-router serve it too. It returns once the Node is Ready;
+// on an error it returns what it started too, for [Node.Stop] to stop.
+func StartExtraNode(ctx context.Context, first *Node, spec ExtraNode) (*Node, error) {
+	c, name := first.cl, spec.Name
+	n := &Node{
+		Dir: filepath.Join(c.Dir, "nodes", name), bin: c.Bin, cl: c,
+		Name:       name,
+		labels:     spec.Labels,
+		cgroupRoot: "/e2e-" + name,
+		rangeStart: spec.RangeStart, rangeEnd: spec.RangeEnd,
+		tars: first.tars,
+	}
+	if n.Dir != filepath.Dir(c.VolumesOf(name)) {
+		return n, fmt.Errorf("node %s: its folder %s is not where the provisioner puts its volumes (%s)", name, n.Dir, c.VolumesOf(name))
+	}
+	t0 := time.Now()
+	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet", "pods", "volumes"} {
+		if err := os.MkdirAll(n.Path(d), 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := n.makeCgroups(); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	if err := n.importTars(ctx); err != nil {
+		return n, fmt.Errorf("node %s: images: %w", name, err)
+	}
+	if err := n.startKubelet(ctx); err != nil {
+		return n, fmt.Errorf("node %s: %w", name, err)
+	}
+	c.logf("node %s Ready in %s", name, time.Since(t0).Round(time.Millisecond))
+	return n, nil
+}
+
+func (n *Node) binary(name string) string { return filepath.Join(n.bin, name) }
+
+// TrustRegistry lets the node's containerd pull from an HTTPS registry at
 // host (HOST:PORT) whose certificate the CA in caFile signed; nothing else
-// on the machine trusts that CA.
-func (n *node) trustRegistry(host, caFile string) error {
-	return n.mirrorRegistry(host, host, caFile)
+// on the machine trusts that CA. containerd reads it at its next pull.
+func (n *Node) TrustRegistry(host, caFile string) error {
+	return n.MirrorRegistry(host, host, caFile)
 }
 
-func (n *node) path(parts ...string) string {
-	return filepath.Join(append([]string{n.dir}, parts...)...)
+// Path is the path of parts joined under the node's folder, Dir.
+func (n *Node) Path(parts ...string) string {
+	return filepath.Join(append([]string{n.Dir}, parts...)...)
 }
 
-func (n *node) log() string { return filepath.Join(n.cl.dir, "logs", n.procName("node-setup")+".log") }
+func (n *Node) log() string { return filepath.Join(n.cl.Dir, "logs", n.procName("node-setup")+".log") }
 
 // procName is the name of one of the node's processes (and its log): the
 // first node's keep their names, the pool's carry the node's.
-func (n *node) procName(what string) string {
-	if n.name == realNodeName {
+func (n *Node) procName(what string) string {
+	if n.Name == RealNodeName {
 		return what
 	}
-	return what + "-" + n.name
+	return what + "-" + n.Name
 }
 
 // sh runs a setup command; its output goes to the node's setup log.
-func (n *node) sh(ctx context.Context, bin string, args ...string) error {
-	if err := proc.Run(ctx, n.log(), n.dir, nil, bin, args...); err != nil {
+func (n *Node) sh(ctx context.Context, bin string, args ...string) error {
+	if err := proc.Run(ctx, n.log(), n.Dir, nil, bin, args...); err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", bin, strings.Join(args, " "), err, proc.TailFile(n.log(), 5))
 	}
 	return nil
@@ -224,7 +308,7 @@ func (n *node) sh(ctx context.Context, bin string, args ...string) error {
 // (pod → Service → pod on the same bridge is routed), and a guard in the
 // mangle table (before any filter rule can accept) that drops pod traffic to
 // or from anything outside the pod network.
-func (n *node) network(ctx context.Context) error {
+func (n *Node) network(ctx context.Context) error {
 	if !fileExists("/proc/sys/net/bridge") {
 		_ = n.sh(ctx, "modprobe", "br_netfilter")
 	}
@@ -244,7 +328,7 @@ func (n *node) network(ctx context.Context) error {
 			return err
 		}
 	}
-	_ = exec.CommandContext(ctx, "ip", "addr", "add", bridgeIP+"/16", "dev", bridgeName).Run() // exists on a second run
+	_ = exec.CommandContext(ctx, "ip", "addr", "add", BridgeIP+"/16", "dev", bridgeName).Run() // exists on a second run
 	if err := n.sh(ctx, "ip", "link", "set", bridgeName, "up"); err != nil {
 		return err
 	}
@@ -264,7 +348,7 @@ func (n *node) network(ctx context.Context) error {
 	return nil
 }
 
-func (n *node) unguard() {
+func (n *Node) unguard() {
 	for _, args := range [][]string{
 		{"-t", "mangle", "-D", "FORWARD", "-j", guardChain},
 		{"-t", "mangle", "-F", guardChain},
@@ -274,8 +358,8 @@ func (n *node) unguard() {
 	}
 }
 
-func (n *node) startContainerd(ctx context.Context) error {
-	n.sock = n.path("containerd", "containerd.sock")
+func (n *Node) startContainerd(ctx context.Context) error {
+	n.sock = n.Path("containerd", "containerd.sock")
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -312,12 +396,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-  # Read at each pull: trustRegistry adds hosts there while containerd runs.
+  # Read at each pull: TrustRegistry adds hosts there while containerd runs.
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
-`, n.path("containerd", "root"), n.path("containerd", "state"), n.sock, n.sock+".ttrpc",
-		n.path("containerd", "opt"), pauseImage, n.path("cni", "net.d"), n.path("containerd", "certs.d"))
-	if err := os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
+`, n.Path("containerd", "root"), n.Path("containerd", "state"), n.sock, n.sock+".ttrpc",
+		n.Path("containerd", "opt"), pauseImage, n.Path("cni", "net.d"), n.Path("containerd", "certs.d"))
+	if err := os.WriteFile(n.Path("containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	// No masquerade, no port mapping: pods talk to pods, Services and the
@@ -339,23 +423,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     }
   }]
 }
-`, bridgeName, n.path("cni", "ipam"), podCIDR, n.rangeStart, n.rangeEnd, bridgeIP)
-	if err := os.WriteFile(n.path("cni", "net.d", "10-fdb-e2e.conflist"), []byte(cni), 0o644); err != nil {
+`, bridgeName, n.Path("cni", "ipam"), podCIDR, n.rangeStart, n.rangeEnd, BridgeIP)
+	if err := os.WriteFile(n.Path("cni", "net.d", "10-fdb-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	n.containerd = proc.New(n.cl.dir, n.procName("containerd"), "containerd", "--config", n.path("containerd", "config.toml"), "--log-level", "info")
+	n.containerd = proc.New(n.cl.Dir, n.procName("containerd"), "containerd", "--config", n.Path("containerd", "config.toml"), "--log-level", "info")
 	return n.runContainerd(ctx)
 }
 
 // runContainerd starts the node's containerd (again, after kill) and waits
 // until it answers.
-func (n *node) runContainerd(ctx context.Context) error {
+func (n *Node) runContainerd(ctx context.Context) error {
 	if err := n.containerd.Start(); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return retry(wctx, 60*time.Second, func() error {
+	return Retry(wctx, 60*time.Second, func() error {
 		if ended, err := n.containerd.Exited(); ended {
 			return fmt.Errorf("containerd exited: %w", err)
 		}
@@ -363,197 +447,8 @@ func (n *node) runContainerd(ctx context.Context) error {
 	})
 }
 
-// importImages makes the pause, PostgreSQL and postgres_exporter images (one
-// layer each, no registry) and imports them into containerd's k8s.io
-// namespace, where the CRI looks. The PostgreSQL image is cached next to its
-// root filesystem; the other two are small enough to make on every run.
-func (n *node) importImages(ctx context.Context, s *suite) error {
-	imgDir := n.path("images")
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
-		return err
-	}
-	// pause: a static Go binary.
-	pauseBin := filepath.Join(imgDir, "pause")
-	if err := proc.Run(ctx, n.log(), filepath.Join(s.root, "e2e"), []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", pauseBin, "./internal/pause"); err != nil {
-		return fmt.Errorf("go build pause: %w\n%s", err, proc.TailFile(n.log(), 10))
-	}
-	pauseLayer, err := layerOf(map[string]string{"pause": pauseBin})
-	if err != nil {
-		return err
-	}
-	pauseTar := filepath.Join(imgDir, "pause.tar")
-	if err := writeImage(pauseTar, pauseLayer, v1.Config{Entrypoint: []string{"/pause"}}, []string{pauseImage}); err != nil {
-		return err
-	}
-
-	// postgres_exporter: the static binary hack/tools.sh built into the
-	// tools folder. No user in the image (the pod's securityContext sets
-	// runAsUser), no shell, no /etc: it needs none.
-	exporterBin := n.binary("postgres_exporter")
-	if !fileExists(exporterBin) {
-		return fmt.Errorf("no postgres_exporter in %s: run hack/tools.sh postgres_exporter", n.bin)
-	}
-	exporterLayer, err := layerOf(map[string]string{"bin/postgres_exporter": exporterBin})
-	if err != nil {
-		return err
-	}
-	exporterTar := filepath.Join(imgDir, "postgres-exporter.tar")
-	if err := writeImage(exporterTar, exporterLayer, v1.Config{Entrypoint: []string{"/bin/postgres_exporter"}}, []string{exporterImage}); err != nil {
-		return err
-	}
-
-	// PostgreSQL: the rootfs from hack/node-images.sh, laid out like the
-	// official image; its server binaries on PATH as there.
-	out, err := proc.Output(ctx, n.log(), s.root, "bash", "hack/node-images.sh")
-	if err != nil {
-		return fmt.Errorf("hack/node-images.sh: %w\n%s", err, proc.TailFile(n.log(), 10))
-	}
-	rootfs, err := filepath.EvalSymlinks(filepath.Join(strings.TrimSpace(lastLine(out)), "postgres-15.tar"))
-	if err != nil {
-		return err
-	}
-	pgTar := strings.TrimSuffix(rootfs, ".tar") + ".image.tar"
-	if !fileExists(pgTar) {
-		layer, err := tarball.LayerFromFile(rootfs)
-		if err != nil {
-			return err
-		}
-		cfg := v1.Config{
-			Env: []string{
-				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin",
-				"LANG=C.UTF-8",
-				"PGDATA=/var/lib/postgresql/data",
-			},
-			Cmd:        []string{"postgres"},
-			StopSignal: "SIGINT",
-		}
-		// mmdebstrap empties /run at the end: the socket folder of the
-		// official image (postgres-owned, sticky, world-writable) goes in a
-		// layer of its own.
-		run, err := dirLayer("run/postgresql", 999, 0o3777)
-		if err != nil {
-			return err
-		}
-		if err := writeImage(pgTar+".partial", layer, cfg, []string{postgresImage, postgresMinor}, run); err != nil {
-			return err
-		}
-		if err := os.Rename(pgTar+".partial", pgTar); err != nil {
-			return err
-		}
-	}
-	n.tars = []string{pauseTar, exporterTar, pgTar}
-	return n.importTars(ctx)
-}
-
-// importTars imports n.tars into containerd's k8s.io namespace, where the
-// CRI looks.
-func (n *node) importTars(ctx context.Context) error {
-	for _, tar := range n.tars {
-		if err := n.sh(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "images", "import", "--all-platforms", tar); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// layerOf makes a layer of files (name in the image → path here), mode 0755,
-// with an entry for each parent folder (root-owned, 0755): without one the
-// unpacker makes it with modes of its own choosing, and a non-root user must
-// be able to traverse it.
-func layerOf(files map[string]string) (v1.Layer, error) {
-	return tarball.LayerFromOpener(func() (rc io.ReadCloser, err error) {
-		pr, pw := io.Pipe()
-		go func() {
-			tw := tar.NewWriter(pw)
-			dirs := map[string]bool{}
-			for name, path := range files {
-				for i := range len(name) {
-					if name[i] != '/' || dirs[name[:i+1]] {
-						continue
-					}
-					dirs[name[:i+1]] = true
-					if err := tw.WriteHeader(&tar.Header{Name: name[:i+1], Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
-						pw.CloseWithError(err)
-						return
-					}
-				}
-				data, err := os.ReadFile(path)
-				if err != nil {
-					pw.CloseWithError(err)
-					return
-				}
-				if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-					pw.CloseWithError(err)
-					return
-				}
-				if _, err := tw.Write(data); err != nil {
-					pw.CloseWithError(err)
-					return
-				}
-			}
-			pw.CloseWithError(tw.Close())
-		}()
-		return pr, nil
-	})
-}
-
-// dirLayer makes a layer holding one folder (and its parents, root-owned).
-func dirLayer(dir string, uid int, mode int64) (v1.Layer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	parts := strings.Split(dir, "/")
-	for i := range parts {
-		h := &tar.Header{Name: strings.Join(parts[:i+1], "/") + "/", Typeflag: tar.TypeDir, Mode: 0o755}
-		if i == len(parts)-1 {
-			h.Uid, h.Gid, h.Mode = uid, uid, mode
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-}
-
-func writeImage(path string, layer v1.Layer, cfg v1.Config, refs []string, more ...v1.Layer) error {
-	img, err := mutate.AppendLayers(empty.Image, append([]v1.Layer{layer}, more...)...)
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.Config = cfg
-	cf.OS, cf.Architecture = "linux", "amd64"
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
-	}
-	tags := map[name.Tag]v1.Image{}
-	for _, r := range refs {
-		t, err := name.NewTag(r)
-		if err != nil {
-			return err
-		}
-		tags[t] = img
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := tarball.MultiWrite(tags, f); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func (n *node) startKubelet(ctx context.Context) error {
-	crt, key, err := n.cl.pki.CA.Issue(pki.CertSpec{CommonName: "system:node:" + n.name, Organizations: []string{"system:nodes"}, Client: true})
+func (n *Node) startKubelet(ctx context.Context) error {
+	crt, key, err := n.cl.PKI.CA.Issue(pki.CertSpec{CommonName: "system:node:" + n.Name, Organizations: []string{"system:nodes"}, Client: true})
 	if err != nil {
 		return err
 	}
@@ -571,7 +466,7 @@ func (n *node) startKubelet(ctx context.Context) error {
 	}
 	// An empty resolv.conf: pods get the cluster DNS and its search path,
 	// none of this machine's.
-	resolv := n.path("resolv.conf")
+	resolv := n.Path("resolv.conf")
 	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
 		return err
 	}
@@ -610,19 +505,19 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
 maxPods: 40
-`, bridgeIP, port, healthz, n.sock, n.path("pods"), resolv, bridgeIP, n.cl.pki.CACert, realNodeTaint)
+`, BridgeIP, port, healthz, n.sock, n.Path("pods"), resolv, BridgeIP, n.cl.PKI.CACert, RealNodeTaint)
 	if n.cgroupRoot != "" {
 		cfg += "cgroupRoot: " + n.cgroupRoot + "\n"
 	}
-	if err := os.WriteFile(n.path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(n.Path("kubelet.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.kubelet = proc.New(n.cl.dir, n.procName("kubelet"), n.binary("kubelet"),
-		"--config="+n.path("kubelet.yaml"),
+	n.kubelet = proc.New(n.cl.Dir, n.procName("kubelet"), n.binary("kubelet"),
+		"--config="+n.Path("kubelet.yaml"),
 		"--kubeconfig="+kcfg,
-		"--root-dir="+n.path("kubelet"),
-		"--hostname-override="+n.name,
-		"--node-ip="+bridgeIP,
+		"--root-dir="+n.Path("kubelet"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+BridgeIP,
 		"--node-labels="+n.labels,
 		"--v=1",
 	)
@@ -631,44 +526,34 @@ maxPods: 40
 
 // runKubelet starts the node's kubelet (again, after kill) and waits until
 // its Node is Ready.
-func (n *node) runKubelet(ctx context.Context) error {
+func (n *Node) runKubelet(ctx context.Context) error {
 	if err := n.kubelet.Start(); err != nil {
 		return err
 	}
-	return retry(ctx, 120*time.Second, func() error {
+	return Retry(ctx, 120*time.Second, func() error {
 		if ended, err := n.kubelet.Exited(); ended {
 			return fmt.Errorf("kubelet exited: %w\n%s", err, n.kubelet.Tail(20))
 		}
-		nd, err := n.cl.kube.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		nd, err := n.cl.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("node %s: %w", n.name, err)
+			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		if nodeReady(nd) {
+		if NodeReady(nd) {
 			return nil
 		}
-		return fmt.Errorf("node %s not Ready: %v", n.name, nd.Status.Conditions)
+		return fmt.Errorf("node %s not Ready: %v", n.Name, nd.Status.Conditions)
 	})
 }
 
-// nodeReady tells whether the Node's Ready condition is True.
-func nodeReady(nd *corev1.Node) bool {
-	for _, c := range nd.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-func (n *node) kubeconfig(who string, crt, key []byte) (string, error) {
-	c, k := n.path(who+".crt"), n.path(who+".key")
+func (n *Node) kubeconfig(who string, crt, key []byte) (string, error) {
+	c, k := n.Path(who+".crt"), n.Path(who+".key")
 	if err := os.WriteFile(c, crt, 0o600); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(k, key, 0o600); err != nil {
 		return "", err
 	}
-	path := n.path(who + ".kubeconfig")
+	path := n.Path(who + ".kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -681,11 +566,11 @@ contexts:
 - name: e2e
   context: {cluster: e2e, user: %s}
 current-context: e2e
-`, n.cl.host, n.cl.pki.CACert, who, c, k, who)
+`, n.cl.Host, n.cl.PKI.CACert, who, c, k, who)
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }
 
-func (n *node) startProxy(ctx context.Context) error {
+func (n *Node) startProxy(ctx context.Context) error {
 	health, err := proc.FreePort()
 	if err != nil {
 		return err
@@ -704,11 +589,11 @@ healthzBindAddress: 127.0.0.1:%d
 metricsBindAddress: 127.0.0.1:%d
 # Leave the machine's conntrack table size alone.
 conntrack: {maxPerCore: 0}
-`, n.cl.kcfg, realNodeName, podCIDR, health, metrics)
-	if err := os.WriteFile(n.path("kube-proxy.yaml"), []byte(cfg), 0o644); err != nil {
+`, n.cl.Kubeconfig, RealNodeName, podCIDR, health, metrics)
+	if err := os.WriteFile(n.Path("kube-proxy.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	n.proxy = proc.New(n.cl.dir, "kube-proxy", n.binary("kube-proxy"), "--config="+n.path("kube-proxy.yaml"), "--v=1")
+	n.proxy = proc.New(n.cl.Dir, "kube-proxy", n.binary("kube-proxy"), "--config="+n.Path("kube-proxy.yaml"), "--v=1")
 	if err := n.proxy.Start(); err != nil {
 		return err
 	}
@@ -724,16 +609,16 @@ conntrack: {maxPerCore: 0}
 // isolation fence takes the API server for its witness (scripts/lib.sh
 // isolation_witness): without this, every pod here would look cut off from
 // the control plane.
-func (n *node) exposeAPI(ctx context.Context) error {
-	u, err := url.Parse(n.cl.host)
+func (n *Node) exposeAPI(ctx context.Context) error {
+	u, err := url.Parse(n.cl.Host)
 	if err != nil {
 		return err
 	}
-	port, err := strconv.Atoi(u.Port())
+	port, err := strconv.ParseInt(u.Port(), 10, 32)
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(bridgeIP, u.Port()))
+	l, err := net.Listen("tcp", net.JoinHostPort(BridgeIP, u.Port()))
 	if err != nil {
 		return err
 	}
@@ -753,10 +638,10 @@ func (n *node) exposeAPI(ctx context.Context) error {
 			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "function-database-e2e"},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{bridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{BridgeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
-	_, err = n.cl.kube.cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{})
+	_, err = n.cl.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, slice, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		err = nil
 	}
@@ -777,7 +662,7 @@ func forward(c net.Conn, addr string) {
 	<-done
 }
 
-func (n *node) startDNS(ctx context.Context) error {
+func (n *Node) startDNS(ctx context.Context) error {
 	health, err := proc.FreePort()
 	if err != nil {
 		return err
@@ -798,11 +683,11 @@ func (n *node) startDNS(ctx context.Context) error {
     }
     cache 5
 }
-`, bridgeIP, health, ready, serviceCIDR, n.cl.kcfg)
-	if err := os.WriteFile(n.path("Corefile"), []byte(corefile), 0o644); err != nil {
+`, BridgeIP, health, ready, serviceCIDR, n.cl.Kubeconfig)
+	if err := os.WriteFile(n.Path("Corefile"), []byte(corefile), 0o644); err != nil {
 		return err
 	}
-	n.dns = proc.New(n.cl.dir, "coredns", n.binary("coredns"), "-conf", n.path("Corefile"))
+	n.dns = proc.New(n.cl.Dir, "coredns", n.binary("coredns"), "-conf", n.Path("Corefile"))
 	if err := n.dns.Start(); err != nil {
 		return err
 	}
@@ -810,31 +695,31 @@ func (n *node) startDNS(ctx context.Context) error {
 		return err
 	}
 	// The API server's own Service resolves: the plugin has synced.
-	r := clusterResolver()
-	return retry(ctx, 30*time.Second, func() error {
+	r := Resolver()
+	return Retry(ctx, 30*time.Second, func() error {
 		_, err := r.LookupHost(ctx, "kubernetes.default.svc.cluster.local")
 		return err
 	})
 }
 
-// clusterResolver asks the node's CoreDNS, as pods (and Crossplane core,
+// Resolver asks the first node's CoreDNS, as pods (and Crossplane core,
 // functionInPod) do; the rest of the machine keeps its own resolver.
-func clusterResolver() *net.Resolver {
+func Resolver() *net.Resolver {
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(bridgeIP, "53"))
+		return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(BridgeIP, "53"))
 	}}
 }
 
 // startRouter runs kube-router's NetworkPolicy firewall only (iptables and
 // ipset; no routing, no service proxy: kube-proxy does that).
-func (n *node) startRouter(ctx context.Context) error {
+func (n *Node) startRouter(ctx context.Context) error {
 	health, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
-	n.router = proc.New(n.cl.dir, "kube-router", n.binary("kube-router"),
-		"--kubeconfig="+n.cl.kcfg,
-		"--hostname-override="+realNodeName,
+	n.router = proc.New(n.cl.Dir, "kube-router", n.binary("kube-router"),
+		"--kubeconfig="+n.cl.Kubeconfig,
+		"--hostname-override="+RealNodeName,
 		"--run-firewall=true",
 		"--run-router=false",
 		"--run-service-proxy=false",
@@ -854,27 +739,36 @@ func (n *node) startRouter(ctx context.Context) error {
 	return proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", health), nil, n.router)
 }
 
-// stop stops the node's processes by PID (the kubelet first, so it starts no
-// new containers), then every container containerd still runs, then the
-// iptables rules and the bridge.
-func (n *node) stop() {
+// Stop stops the node and cleans up after it, whatever part of it started.
+// The first node ([StartNode]) stops its processes by PID (the kubelet
+// first, so it starts no new containers), then every container containerd
+// still runs, then the iptables rules and the bridge. A node of
+// [StartExtraNode] stops its kubelet, its containers and containerd, kills
+// what is left, removes its cgroups and mounts, and deletes its Node (a
+// failure to is logged through [Config.Logf]). Stop the extra nodes before
+// the first: the first node's stop takes the pod network with it.
+func (n *Node) Stop() {
+	if !n.first {
+		n.stopExtra()
+		return
+	}
 	if n.api != nil {
 		_ = n.api.Close()
 	}
 	for _, p := range []*proc.Proc{n.router, n.dns, n.proxy, n.kubelet} {
 		if p != nil {
-			p.Stop(k8sStop)
+			p.Stop(StopGrace)
 		}
 	}
 	if n.containerd != nil && n.sock != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		n.removePods(ctx)
 		cancel()
-		n.containerd.Stop(k8sStop)
+		n.containerd.Stop(StopGrace)
 	}
 	// Shims outlive containerd: kill any left in our state folder, and any
 	// container process left in the kubelet's cgroups.
-	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexp.QuoteMeta(n.path("containerd", "state"))).Run()
+	_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*"+regexp.QuoteMeta(n.Path("containerd", "state"))).Run()
 	killKubepods()
 	if n.proxy != nil {
 		_ = exec.Command(n.binary("kube-proxy"), "--cleanup").Run()
@@ -886,15 +780,15 @@ func (n *node) stop() {
 		n.unguard()
 	}
 	_ = exec.Command("ip", "link", "del", bridgeName).Run()
-	removePodNetns()
+	RemovePodNetns()
 	// Unmount what the kubelet and containerd left mounted in our folder so
 	// the suite can delete it.
-	unmountUnder(n.dir)
+	unmountUnder(n.Dir)
 }
 
 // removePods stops and removes every pod sandbox through the CRI (crictl is
 // not needed: ctr's task and container commands on the k8s.io namespace).
-func (n *node) removePods(ctx context.Context) {
+func (n *Node) removePods(ctx context.Context) {
 	out, err := exec.CommandContext(ctx, "ctr", "--address", n.sock, "-n", "k8s.io", "tasks", "list", "-q").Output()
 	if err == nil {
 		for _, id := range strings.Fields(string(out)) {
@@ -907,102 +801,107 @@ func (n *node) removePods(ctx context.Context) {
 	}
 }
 
-// removePodNetns deletes the pods' network namespaces that no process uses
-// any more. The pods die by SIGKILL above, not through the CRI, so the CNI
-// plugin never deletes their namespaces; left behind, their addresses
-// collided with the next run's pods on the same bridge subnet.
-func removePodNetns() {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		return
+// podNetns are the network namespaces (inode numbers) of the node's pods,
+// read from their processes.
+func (n *Node) podNetns() map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, pid := range kubepodsPIDsUnder(n.kubepods(), "", nil) {
+		var st syscall.Stat_t
+		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil {
+			out[st.Ino] = true
+		}
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], "cni-") {
-			continue
+	return out
+}
+
+// Kill kills the node at once, as a machine that loses power: its pods'
+// network links go down first, so that no process killed next closes a
+// connection (a dead machine sends no FIN and no RST: its peers' connections
+// stay open and unanswered, which is what a client without keepalives, as
+// Crossplane core's, hangs on); then SIGKILL to its kubelet and its
+// containerd, then to its shims and every process in its pod cgroups until
+// none is left; then its pods' network namespaces go (their addresses with
+// them). It returns how many processes it killed besides the kubelet and
+// containerd.
+//
+// It is meant for a node of [StartExtraNode]: the first node's kube-proxy,
+// CoreDNS and kube-router, which every node's pods use, are left running.
+func (n *Node) Kill() (int, error) {
+	netns := n.podNetns()
+	if err := linksDown(netns); err != nil {
+		return 0, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	n.kubelet.Kill()
+	n.containerd.Kill()
+	killed := map[int]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
+		if len(pids) == 0 {
+			break
 		}
-		if pids, err := exec.Command("ip", "netns", "pids", f[0]).Output(); err == nil && len(strings.TrimSpace(string(pids))) == 0 {
-			_ = exec.Command("ip", "netns", "delete", f[0]).Run()
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killed[pid] = true
 		}
+		if time.Now().After(deadline) {
+			return len(killed), fmt.Errorf("node %s: processes still alive 30 s after SIGKILL: %v", n.Name, pids)
+		}
+		time.Sleep(20 * time.Millisecond) // until the kernel has reaped them
+	}
+	deleteNetns(netns)
+	return len(killed), nil
+}
+
+// Revive starts the killed node's containerd and kubelet again (same
+// configuration, same state) and waits until the Node is Ready.
+func (n *Node) Revive(ctx context.Context) error {
+	if err := n.runContainerd(ctx); err != nil {
+		return err
+	}
+	return n.runKubelet(ctx)
+}
+
+// stopExtra stops the node's kubelet, its containers and containerd,
+// kills what is left, removes its cgroups and mounts, and deletes its Node.
+func (n *Node) stopExtra() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if n.kubelet != nil {
+		n.kubelet.Stop(StopGrace)
+	}
+	if n.containerd != nil {
+		if ended, _ := n.containerd.Exited(); !ended {
+			n.removePods(ctx)
+		}
+		n.containerd.Stop(StopGrace)
+	}
+	for range 50 {
+		pids := append(n.shimPIDs(), kubepodsPIDsUnder(n.kubepods(), "", nil)...)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond) // until the kernel has reaped them
+	}
+	n.removeCgroups()
+	unmountUnder(n.Dir)
+	if err := n.cl.Client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		n.cl.logf("pool: delete node %s: %v", n.Name, err)
 	}
 }
 
-// killKubepods kills every process in the kubelets' pod cgroups (cgroup v1
-// here: the pids hierarchy holds them all), every node's.
-func killKubepods() {
-	for _, pid := range kubepodsPIDs("") {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+// MirrorRegistry makes the node's containerd pull images named host/... from
+// the HTTPS registry at mirror (HOST:PORT) instead, trusting caFile for it
+// (containerd/certs.d/<host>/hosts.toml, read at each pull).
+func (n *Node) MirrorRegistry(host, mirror, caFile string) error {
+	dir := n.Path("containerd", "certs.d", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-}
-
-// cgroupV1 is where the cgroup v1 hierarchies are mounted.
-const cgroupV1 = "/sys/fs/cgroup"
-
-// kubepodsRoots are the pod cgroups of every kubelet of the suite in the
-// pids hierarchy: the first node's (cgroupRoot /) and the pool's
-// (cgroupRoot /e2e-<node>), including a killed run's.
-func kubepodsRoots() []string {
-	roots := []string{filepath.Join(cgroupV1, "pids", "kubepods")}
-	more, _ := filepath.Glob(filepath.Join(cgroupV1, "pids", "e2e-*", "kubepods"))
-	return append(roots, more...)
-}
-
-// kubepods is this node's pod cgroup in the pids hierarchy.
-func (n *node) kubepods() string {
-	return filepath.Join(cgroupV1, "pids", n.cgroupRoot, "kubepods")
-}
-
-// kubepodsPIDs are the processes in the kubelets' pod cgroups (cgroup v1,
-// cgroupfs driver: .../pod<UID>/...), of every node, of the pod with this
-// UID only unless uid is empty, each once.
-func kubepodsPIDs(uid string) []int {
-	var pids []int
-	for _, root := range kubepodsRoots() {
-		pids = append(pids, kubepodsPIDsUnder(root, uid, pids)...)
-	}
-	return pids
-}
-
-// kubepodsPIDsUnder are the processes under one kubelet's pod cgroup root,
-// of the pod with this UID only unless uid is empty, each once and none of
-// seen.
-func kubepodsPIDsUnder(root, uid string, seen []int) []int {
-	var pids []int
-	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || (uid != "" && !strings.Contains(p, "pod"+uid)) {
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && !slices.Contains(pids, pid) && !slices.Contains(seen, pid) {
-				pids = append(pids, pid)
-			}
-		}
-		return nil
-	})
-	return pids
-}
-
-var unmountMu sync.Mutex
-
-func unmountUnder(dir string) {
-	unmountMu.Lock()
-	defer unmountMu.Unlock()
-	data, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return
-	}
-	var mounts []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-			mounts = append(mounts, f[1])
-		}
-	}
-	for i := len(mounts) - 1; i >= 0; i-- {
-		_ = exec.Command("umount", "-l", mounts[i]).Run()
-	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %q\n",
+		"https://"+host, "https://"+mirror, caFile)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
 }
