@@ -62,9 +62,12 @@ const (
 	reasonFailoverOff     = "Disabled"
 	reasonSingleInstance  = "SingleInstance"
 	reasonScaleInBlocked  = "ScaleInBelowPrimaryRefused"
-	reasonOldTimeline     = "OldTimelineRefused"
-	reasonPrimaryInvalid  = "PrimaryOrdinalInvalid"
-	reasonFailoverHeld    = "Held"
+	// reasonScaleInWaits: a smaller size while a failover Job runs across
+	// more instances; the scale-in waits for the Job's outcome.
+	reasonScaleInWaits   = "ScaleInDuringFailover"
+	reasonOldTimeline    = "OldTimelineRefused"
+	reasonPrimaryInvalid = "PrimaryOrdinalInvalid"
+	reasonFailoverHeld   = "Held"
 	// reasonPrimaryFound: a Job started for an instance that was never the
 	// primary (the ConfigMap's key edited) found the primary on the last
 	// recorded timeline; nothing was promoted.
@@ -579,6 +582,30 @@ func frozenFailoverJob(db *database, j *batchv1.Job, image string, replicas int3
 		f.Spec.Template.Spec.Containers[0].Env = env
 	}
 	return f
+}
+
+// failoverHoldsScaleIn keeps the instances a running failover Job was
+// composed across (its INSTANCES, frozen) when the size asks for fewer than
+// replicas: the Job may promote one of the ordinals a scale-in would delete,
+// and the writes acknowledged there would go with its pod and volume. Once
+// the Job's outcome is recorded (the primary moved, or not) the scale-in
+// proceeds, under the rule that keeps the primary.
+func failoverHoldsScaleIn(db *database, o *observed, replicas int32) (int32, *blocked) {
+	j := o.Failover
+	if j == nil {
+		return replicas, nil
+	}
+	if count, _ := jobCounter(j); o.FailoverRecord != nil && o.FailoverRecord.Count > count {
+		return replicas, nil
+	}
+	v, _ := frozenEnv(j, scripts.EnvInstances)
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= int(replicas) || n > maxInstances {
+		return replicas, nil
+	}
+	return int32(n), &blocked{reasonScaleInWaits, fmt.Sprintf(
+		"size %s has %d instance(s), but failover Job %s runs across %d and may promote %s: scaling in waits for its outcome, then applies (keeping the primary's ordinal)",
+		db.Size, replicas, j.Name, n, podName(db, n-1))}
 }
 
 // frozenFacts are the failoverFacts an observed Job was composed with, as

@@ -1084,3 +1084,42 @@ func TestFailoverPrimaryStopping(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverHoldsScaleIn: a smaller size while a failover Job runs across
+// three instances keeps the three (the Job may promote ordinal 2, which the
+// scale-in would delete with the writes acknowledged there) and says so;
+// once the Job's outcome is recorded, the scale-in applies.
+func TestFailoverHoldsScaleIn(t *testing.T) {
+	cluster := func(extra ...*structpb.Struct) []*structpb.Struct {
+		return append(append([]*structpb.Struct{}, exampleCluster(t)...), extra...)
+	}
+	req := largeSteady(t)
+	rsp := runTestIn(t, req, cluster(instancePodsReady(t, false, true, true)...))
+	feedBack(t, req, rsp, false) // the Job runs
+	setSpecField(req, "size", structpb.NewStringValue("medium"))
+	rsp = runTestIn(t, req, cluster(instancePodsReady(t, false, true, true)...))
+	if got := failoverStateOf(t, rsp); got.Replicas != 3 || !got.Job {
+		t.Errorf("while the Job runs: %d instances (Job composed: %v), want 3 and the Job", got.Replicas, got.Job)
+	}
+	if c := conditionOf(rsp, condSpecApplied); c.GetReason() != reasonScaleInWaits {
+		t.Errorf("SpecApplied %s, want %s", c.GetReason(), reasonScaleInWaits)
+	}
+	if w := warningsOf(rsp); !slices.Contains(w, reasonScaleInWaits) {
+		t.Errorf("Warnings %v, want %s", w, reasonScaleInWaits)
+	}
+
+	// The Job promoted ordinal 1 and ended; recorded, then read back.
+	feedBack(t, req, rsp, true)
+	done := cluster(append(instancePodsReady(t, false, true, true),
+		failoverJobPod(t, req, `{"result":"promoted","from":0,"to":1,"timeline":2,"lsn":"0/5000060"}`))...)
+	rsp = runTestIn(t, req, done)
+	feedBack(t, req, rsp, true)
+	rsp = runTestIn(t, req, cluster(instancePodsReady(t, true, true, true)...))
+	got := failoverStateOf(t, rsp)
+	if got.Replicas != 2 || got.Job || got.Primary != "1" {
+		t.Errorf("after the Job's outcome was recorded: %d instances, Job %v, primary %s; want 2, none, 1", got.Replicas, got.Job, got.Primary)
+	}
+	if c := conditionOf(rsp, condSpecApplied); c.GetReason() == reasonScaleInWaits {
+		t.Errorf("SpecApplied still %s once the Job's outcome is recorded", c.GetReason())
+	}
+}

@@ -90,6 +90,10 @@ func makePlan(db *database, o *observed, generate func() string) *plan {
 			db.Size, db.Tier.Replicas, podName(db, p.Primary), p.Primary+1)})
 		p.Replicas = int32(p.Primary + 1)
 	}
+	if n, b := failoverHoldsScaleIn(db, o, p.Replicas); b != nil {
+		p.Blocked = append(p.Blocked, *b)
+		p.Replicas = n
+	}
 
 	if sts != nil {
 		if running, img, ok := runningMajor(sts); ok && running != db.Version.Major {
