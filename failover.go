@@ -599,13 +599,13 @@ func failoverHoldsScaleIn(db *database, o *observed, replicas int32) (int32, *bl
 		return replicas, nil
 	}
 	v, _ := frozenEnv(j, scripts.EnvInstances)
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= int(replicas) || n > maxInstances {
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n <= int64(replicas) || n > maxInstances {
 		return replicas, nil
 	}
 	return int32(n), &blocked{reasonScaleInWaits, fmt.Sprintf(
 		"size %s has %d instance(s), but failover Job %s runs across %d and may promote %s: scaling in waits for its outcome, then applies (keeping the primary's ordinal)",
-		db.Size, replicas, j.Name, n, podName(db, n-1))}
+		db.Size, replicas, j.Name, n, podName(db, int(n)-1))}
 }
 
 // frozenFacts are the failoverFacts an observed Job was composed with, as
