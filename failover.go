@@ -266,7 +266,7 @@ func planFailover(db *database, p *plan, o *observed) *failoverPlan {
 		frozen := frozenFailoverJob(db, job, p.Image, replicas)
 		// Recorded once status.failover.count, read back, counts this
 		// Job; its outcome is its pod's termination message.
-		stage := stageOf(job, fp.Record.Count > count, out.Resolved)
+		stage := stageOf(job, failoverRecorded(fp.Record, job), out.Resolved)
 		switch stage {
 		case stageRecorded:
 			// Read back: the Job has done its work; dropping it lets the
@@ -474,8 +474,8 @@ func oldTimeline(db *database, job string, from int, out failoverOutcome, known 
 // status lost while the Job ran).
 func knownTimeline(r *failoverRecord, job *batchv1.Job) int64 {
 	known := lastTimeline(r)
-	for _, e := range frozenFacts(job) {
-		if n, err := strconv.ParseInt(e.Value, 10, 64); e.Name == scripts.EnvLastTimeline && err == nil && n > known {
+	if v, ok := frozenEnv(job, scripts.EnvLastTimeline); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > known {
 			known = n
 		}
 	}
@@ -568,6 +568,13 @@ func jobTarget(j *batchv1.Job) int {
 	return -1
 }
 
+// failoverRecorded: status.failover.count, read back, counts the failover
+// Job j's outcome (the Job is dropped).
+func failoverRecorded(r *failoverRecord, j *batchv1.Job) bool {
+	count, _ := jobCounter(j)
+	return r != nil && r.Count > count
+}
+
 // frozenFailoverJob is the observed failover Job j composed again as it was
 // created: its count, lost primary and target from its annotations, its
 // image and its whole environment (the facts, the instances, the grace, the
@@ -577,7 +584,7 @@ func jobTarget(j *batchv1.Job) int {
 // changed mid-failover once changed INSTANCES).
 func frozenFailoverJob(db *database, j *batchv1.Job, image string, replicas int32) *batchv1.Job {
 	count, from := jobCounter(j)
-	f := failoverJob(db, from, count, frozenImage(j, containerFailover, image), replicas, jobTarget(j), switchoverReason(j), frozenFacts(j))
+	f := failoverJob(db, from, count, frozenImage(j, containerFailover, image), replicas, jobTarget(j), switchoverReason(j), nil)
 	if env := frozenContainerEnv(j, containerFailover); env != nil {
 		f.Spec.Template.Spec.Containers[0].Env = env
 	}
@@ -595,7 +602,7 @@ func failoverHoldsScaleIn(db *database, o *observed, replicas int32) (int32, *bl
 	if j == nil {
 		return replicas, nil
 	}
-	if count, _ := jobCounter(j); o.FailoverRecord != nil && o.FailoverRecord.Count > count {
+	if failoverRecorded(o.FailoverRecord, j) {
 		return replicas, nil
 	}
 	v, _ := frozenEnv(j, scripts.EnvInstances)
@@ -608,25 +615,12 @@ func failoverHoldsScaleIn(db *database, o *observed, replicas int32) (int32, *bl
 		db.Size, replicas, j.Name, n, podName(db, int(n)-1))}
 }
 
-// frozenFacts are the failoverFacts an observed Job was composed with, as
-// they were: the state has moved on since (a standby's readiness), and the
-// Job's pod template is immutable. A Job composed before one of them
-// existed goes on without it.
-func frozenFacts(j *batchv1.Job) []corev1.EnvVar {
-	var out []corev1.EnvVar
-	for _, name := range []string{scripts.EnvFenceSeconds, scripts.EnvDurability, scripts.EnvLastTimeline, scripts.EnvQualifiedOrdinals} {
-		if v, ok := frozenEnv(j, name); ok {
-			out = append(out, corev1.EnvVar{Name: name, Value: v})
-		}
-	}
-	return out
-}
-
 // failoverJob runs failover.sh once against the instances: a failover of
 // the lost primary from, or with target >= 0 a planned switchover to target.
 // reason is why a switchover runs, kept in an annotation unless it is
 // Switchover (read back by switchoverReason, so the frozen Job keeps it).
-// facts are failoverFacts, or frozenFacts of the observed Job.
+// facts are failoverFacts (nil when the Job is composed frozen: its whole
+// environment is then read back, frozenFailoverJob).
 func failoverJob(db *database, from int, count int64, image string, replicas int32, target int, reason string, facts []corev1.EnvVar) *batchv1.Job {
 	env := []corev1.EnvVar{
 		{Name: scripts.EnvDatabase, Value: db.Name},
