@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // appConnects runs example/app.yaml, the README's app, next to Database db
@@ -32,7 +33,7 @@ import (
 // app when it ends, so later scenarios see no extra client.
 func (s *suite) appConnects(t *testing.T, ns, db string) {
 	t.Helper()
-	objs, err := readObjects(s.example("app.yaml"))
+	objs, err := kube.ReadObjects(s.example("app.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,22 +81,22 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 		t.Fatalf("example/app.yaml has no Deployment")
 	}
 	for _, o := range objs {
-		if _, err := s.k.apply(context.Background(), o); err != nil {
+		if _, err := s.k.Apply(context.Background(), o); err != nil {
 			t.Fatalf("apply %s %s from example/app.yaml: %v", o.GetKind(), o.GetName(), err)
 		}
 		t.Logf("applied %s %s/%s", o.GetKind(), ns, o.GetName())
 	}
 	t.Cleanup(func() {
 		for _, o := range objs {
-			_ = s.k.delete(context.Background(), o.GroupVersionKind(), ns, o.GetName())
+			_ = s.k.Delete(context.Background(), o.GroupVersionKind(), ns, o.GetName())
 		}
-		_ = s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), "app-reader", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		_ = s.k.CS.CoreV1().Pods(ns).Delete(context.Background(), "app-reader", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 		// Deleting the Deployment only starts its pods' end: one still
 		// running writes heartbeat rows into the data later scenarios
 		// compare (seen: DeleteRetainRecreate's checksums). Wait it out.
 		sel := metav1.FormatLabelSelector(dep.Spec.Selector)
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
-			pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+			pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
 			if err == nil && len(pods.Items) == 0 {
 				return
 			}
@@ -108,7 +109,7 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 
 	selector := metav1.FormatLabelSelector(dep.Spec.Selector)
 	appPods := func() ([]corev1.Pod, string) {
-		pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return nil, err.Error()
 		}
@@ -119,7 +120,7 @@ func (s *suite) appConnects(t *testing.T, ns, db string) {
 		return pods.Items, strings.Join(st, ", ")
 	}
 	eventually(t, realReady, "Deployment "+ns+"/"+dep.Name+" available", func() (bool, string) {
-		d, err := s.k.cs.AppsV1().Deployments(ns).Get(context.Background(), dep.Name, metav1.GetOptions{})
+		d, err := s.k.CS.AppsV1().Deployments(ns).Get(context.Background(), dep.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

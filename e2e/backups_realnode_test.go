@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/pki"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/writer"
@@ -58,25 +58,19 @@ type objectStore struct {
 	proc      *proc.Proc
 }
 
-var (
-	s3Once sync.Once
-	s3Val  *objectStore
-	s3Err  error
-)
-
 // objectStorage starts the S3 server and the Composition that archives to
 // it, once per suite.
 func (s *suite) objectStorage(t *testing.T) *objectStore {
 	t.Helper()
-	s3Once.Do(func() {
+	if err := s.s3Started.do(func() (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		s3Val, s3Err = s.startObjectStorage(ctx)
-	})
-	if s3Err != nil {
-		t.Fatalf("object storage: %v", s3Err)
+		s.s3, err = s.startObjectStorage(ctx)
+		return err
+	}); err != nil {
+		t.Fatalf("object storage: %v", err)
 	}
-	return s3Val
+	return s.s3
 }
 
 func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
@@ -124,7 +118,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("versitygw not listening: %w\n%s", err, proc.TailFile(o.proc.Log, 20))
 	}
-	cs := s.k.cs
+	cs := s.k.CS
 	for _, ns := range []string{s3Namespace, s3SecretNamespace} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
@@ -224,7 +218,7 @@ func (s *suite) crossNamespace(t *testing.T, store *objectStore, src database, n
 	s.realNamespace(t, backupsCopyNamespace)
 	start := time.Now()
 	cp := s.create(t, realArchived(backupsCopyNamespace))
-	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
 	s.waitRealReady(t, cp)
 	t.Logf("%s/%s restored the archive of %s/%s and is ready in %s", cp.ns, cp.name, ns, db, time.Since(start).Round(time.Second))
 	if got := s.appDB(t, cp.ns, db+"-0", db, "SELECT count(*), max(id) FROM marks"); got != want {
@@ -237,15 +231,15 @@ func (s *suite) crossNamespace(t *testing.T, store *objectStore, src database, n
 	const denied = "backups-denied"
 	s.realNamespace(t, denied)
 	dn := s.create(t, realArchived(denied))
-	defer func() { _ = s.k.delete(context.Background(), dn.gvk, dn.ns, dn.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), dn.gvk, dn.ns, dn.name) }()
 	eventually(t, 2*time.Minute, "the restore into "+denied+" refused", func() (bool, string) {
-		c := getCondition(dn.get(t), "Synced")
+		c := kube.GetCondition(dn.get(t), "Synced")
 		return c.Status == "False" && strings.Contains(c.Message, "crossNamespaceRestores"), c.Status + " " + c.Reason + ": " + c.Message
 	})
-	if _, err := s.k.cs.AppsV1().StatefulSets(denied).Get(ctx, db, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := s.k.CS.AppsV1().StatefulSets(denied).Get(ctx, db, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a StatefulSet composed for a refused restore: %v", err)
 	}
-	t.Logf("%s/%s refused: %s", denied, db, getCondition(dn.get(t), "Synced").Message)
+	t.Logf("%s/%s refused: %s", denied, db, kube.GetCondition(dn.get(t), "Synced").Message)
 }
 
 func TestBackups(t *testing.T) {
@@ -263,27 +257,20 @@ func TestBackups(t *testing.T) {
 			s.removeDatabases(t, d)
 		}
 	}()
-	if !s.step(t, "ArchiveFollowsFailover", func(t *testing.T) { s.archiveFollowsFailover(t, store, ns, db, &d) }) {
-		return
-	}
-	if !s.step(t, "PointInTime", func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }) {
-		return
-	}
-	if !s.step(t, "CrossNamespace", func(t *testing.T) { s.crossNamespace(t, store, d, ns, db) }) {
-		return
-	}
-	if !s.step(t, "BucketUnreachable", func(t *testing.T) {
-		// Its 9 minutes are mostly 1.4 GB of WAL written to pass the
-		// volume's bound, not the condition's threshold.
-		fullMatrix(t, "scripts' TestArchive (an unreachable bucket neither stops writes nor fills pg_wal; archiving resumes and a full backup closes the gap: real PostgreSQL, real S3) and the function's WALArchive tests (archive_test.go)")
-		s.bucketUnreachable(t, store, d, ns, db)
-	}) {
-		return
-	}
-	if !s.step(t, "AllInstancesLost", func(t *testing.T) { s.allInstancesLost(t, d, ns, db) }) {
-		return
-	}
-	s.step(t, "Drill", func(t *testing.T) { s.drill(t, store, ns) })
+	// Each step builds on the one before it (the Database, its archive).
+	s.steps(t, []step{
+		{name: "ArchiveFollowsFailover", needed: true, run: func(t *testing.T) { s.archiveFollowsFailover(t, store, ns, db, &d) }},
+		{name: "PointInTime", needed: true, run: func(t *testing.T) { s.pointInTime(t, store, d, ns, db) }},
+		{name: "CrossNamespace", needed: true, run: func(t *testing.T) { s.crossNamespace(t, store, d, ns, db) }},
+		{name: "BucketUnreachable", needed: true, run: func(t *testing.T) {
+			// Its 9 minutes are mostly 1.4 GB of WAL written to pass the
+			// volume's bound, not the condition's threshold.
+			fullMatrix(t, "scripts' TestArchive (an unreachable bucket neither stops writes nor fills pg_wal; archiving resumes and a full backup closes the gap: real PostgreSQL, real S3) and the function's WALArchive tests (archive_test.go)")
+			s.bucketUnreachable(t, store, d, ns, db)
+		}},
+		{name: "AllInstancesLost", needed: true, run: func(t *testing.T) { s.allInstancesLost(t, d, ns, db) }},
+		{name: "Drill", run: func(t *testing.T) { s.drill(t, store, ns) }},
+	})
 }
 
 // drill: a Database whose Composition drills every minute; the drill
@@ -298,7 +285,7 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 		t.Fatal(err)
 	}
 	d := s.create(t, u)
-	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), d.gvk, d.ns, d.name) }()
 	start := time.Now()
 	s.waitRealReady(t, d)
 	s.appDB(t, ns, db+"-0", db, "CREATE TABLE notes (id int PRIMARY KEY, body text)")
@@ -315,13 +302,13 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 	eventually(t, 8*time.Minute, "a drill that verified the rows", func() (bool, string) {
 		u := d.get(t)
 		first, _, _ = unstructured.NestedMap(u.Object, "status", "drill")
-		c := getCondition(u, "BackupVerified")
+		c := kube.GetCondition(u, "BackupVerified")
 		sched, _ := first["scheduled"].(string)
 		ran, _ := time.Parse(time.RFC3339, sched)
 		rows, _ := first["rows"].(int64)
 		return c.Status == "True" && ran.After(archived) && rows >= 1000, fmt.Sprintf("BackupVerified %s %s: %s; status.drill %v; jobs: %s", c.Status, c.Reason, c.Message, first, s.jobsState(ns))
 	})
-	t.Logf("BackupVerified %s after creation: %s", time.Since(start).Round(time.Second), getCondition(d.get(t), "BackupVerified").Message)
+	t.Logf("BackupVerified %s after creation: %s", time.Since(start).Round(time.Second), kube.GetCondition(d.get(t), "BackupVerified").Message)
 	label, _ := first["backup"].(string)
 	if label == "" || first["restoredTo"] == "" {
 		t.Fatalf("status.drill names no backup or point: %v", first)
@@ -335,10 +322,10 @@ func (s *suite) drill(t *testing.T, store *objectStore, ns string) {
 	corrupted := time.Now()
 	t.Logf("corrupted %s (%d bytes) of backup %s", filepath.Base(biggest), size, label)
 	eventually(t, 8*time.Minute, "BackupVerified False naming the corrupted backup", func() (bool, string) {
-		c := getCondition(d.get(t), "BackupVerified")
+		c := kube.GetCondition(d.get(t), "BackupVerified")
 		return c.Status == "False" && c.Reason == "DrillFailed" && strings.Contains(c.Message, label), fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
-	t.Logf("BackupVerified False %s after the corruption: %s", time.Since(corrupted).Round(time.Second), getCondition(d.get(t), "BackupVerified").Message)
+	t.Logf("BackupVerified False %s after the corruption: %s", time.Since(corrupted).Round(time.Second), kube.GetCondition(d.get(t), "BackupVerified").Message)
 }
 
 // bucketUnreachable: the S3 server stopped while the primary writes more
@@ -376,7 +363,7 @@ func (s *suite) bucketUnreachable(t *testing.T, store *objectStore, d database, 
 	written := s.superSQL(ns, primary, "SELECT pg_size_pretty(pg_current_wal_lsn() - '0/0'::pg_lsn)")
 	t.Logf("with the bucket down: WAL written to %s in all, pg_wal peaked at %d MB while writing (%s after the stop)", written, peak>>20, time.Since(stopped).Round(time.Second))
 	eventually(t, 3*time.Minute, "WALArchive False", func() (bool, string) {
-		c := getCondition(d.get(t), "WALArchive")
+		c := kube.GetCondition(d.get(t), "WALArchive")
 		return c.Status == "False" && c.Reason == "ArchiveFailing", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("WALArchive False %s after the bucket stopped", time.Since(stopped).Round(time.Second))
@@ -401,7 +388,7 @@ func (s *suite) bucketUnreachable(t *testing.T, store *objectStore, d database, 
 	})
 	t.Logf("archiving resumed: %s in the bucket %s after the server returned", seg, time.Since(back).Round(time.Second))
 	eventually(t, 4*time.Minute, "WALArchive True again", func() (bool, string) {
-		c := getCondition(d.get(t), "WALArchive")
+		c := kube.GetCondition(d.get(t), "WALArchive")
 		return c.Status == "True", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("WALArchive True %s after the server returned", time.Since(back).Round(time.Second))
@@ -444,8 +431,8 @@ func (s *suite) allInstancesLost(t *testing.T, d database, ns, db string) {
 	// The writer's log ends at the loss: nothing after it can be acked.
 	time.Sleep(2 * time.Second)
 	attempts := writer.Parse(s.podLog(ns, writerName, "writer"))
-	_ = s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), writerName, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-	if err := s.k.delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
+	_ = s.k.CS.CoreV1().Pods(ns).Delete(context.Background(), writerName, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err := s.k.Delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
 		t.Fatalf("delete %s: %v", d, err)
 	}
 
@@ -456,15 +443,15 @@ func (s *suite) allInstancesLost(t *testing.T, d database, ns, db string) {
 	}
 	start := time.Now()
 	rd := s.create(t, u)
-	defer func() { _ = s.k.delete(context.Background(), rd.gvk, rd.ns, rd.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), rd.gvk, rd.ns, rd.name) }()
 	s.waitRealReady(t, rd)
 	t.Logf("restored to the archive's end and ready in %s", time.Since(start).Round(time.Second))
 	// The whole archive replayed: the first primary's report names the
 	// archive's end and the segment the replay ended in, not before it.
-	if c := getCondition(rd.get(t), "Restored"); c.Reason != "RestoreSucceeded" {
+	if c := kube.GetCondition(rd.get(t), "Restored"); c.Reason != "RestoreSucceeded" {
 		t.Errorf("Restored %s %s: %s; want RestoreSucceeded (no gap)", c.Status, c.Reason, c.Message)
 	}
-	if p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), restored+"-0", metav1.GetOptions{}); err == nil {
+	if p, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), restored+"-0", metav1.GetOptions{}); err == nil {
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.Name == "postgres" && cs.LastTerminationState.Terminated != nil {
 				msg := cs.LastTerminationState.Terminated.Message
@@ -548,19 +535,19 @@ func (s *suite) pointInTime(t *testing.T, store *objectStore, src database, ns, 
 	}
 	start := time.Now()
 	cp := s.create(t, u)
-	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
 	// The restoring primary's own words when it does not get there (a
 	// hold names its reason in its log only; its pod's logs go with it).
 	eventually(t, realReady, cp.String()+" Ready", func() (bool, string) {
 		u := cp.get(t)
-		return getCondition(u, "Ready").Status == "True", conditionsString(u) + "; " + s.podsState(ns, copyName) + "; " + copyName + "-0: " + s.postgresTail(ns, copyName+"-0", false, 8)
+		return kube.GetCondition(u, "Ready").Status == "True", kube.ConditionsString(u) + "; " + s.podsState(ns, copyName) + "; " + copyName + "-0: " + s.postgresTail(ns, copyName+"-0", false, 8)
 	})
 	t.Logf("restored to %s and ready (two instances) in %s", target, time.Since(start).Round(time.Second))
 	if got := s.appDB(t, ns, copyName+"-0", "ledger_pitr", "SELECT count(*), max(id) FROM marks"); got != "100|100" {
 		t.Errorf("the copy restored to %s has count|max %s, want 100|100 (every row before the target, none after)", target, got)
 	}
 	cu := cp.get(t)
-	if c := getCondition(cu, "Restored"); c.Status != "True" {
+	if c := kube.GetCondition(cu, "Restored"); c.Status != "True" {
 		t.Errorf("Restored %s %s: %s", c.Status, c.Reason, c.Message)
 	}
 	// The same instant (the function writes it in RFC 3339 with no
@@ -628,7 +615,7 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 	})
 
 	// The primary lost (frozen until a standby is promoted).
-	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
+	pod, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), db+"-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +624,7 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 	defer thaw()
 	eventually(t, 4*time.Minute, "a standby promoted", func() (bool, string) {
 		u := d.get(t)
-		c := getCondition(u, "Failover")
+		c := kube.GetCondition(u, "Failover")
 		return str(u, "status", "primary") == db+"-1", fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("promoted %s after the freeze", time.Since(fault).Round(time.Second))
@@ -662,7 +649,7 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 	}
 	// The check CronJob (every minute here) says so in WALArchive.
 	eventually(t, 3*time.Minute, "WALArchive True", func() (bool, string) {
-		c := getCondition(d.get(t), "WALArchive")
+		c := kube.GetCondition(d.get(t), "WALArchive")
 		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
 	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
@@ -674,7 +661,7 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 	asked := time.Now()
 	job := s.runCronJobNow(t, ns, db+"-full")
 	eventually(t, 4*time.Minute, "Job "+job+" succeeded", func() (bool, string) {
-		j, err := s.k.cs.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
+		j, err := s.k.CS.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -717,7 +704,7 @@ func fullBackups(t *testing.T, repo string) []string {
 // job --from=cronjob/NAME` does, and returns its name.
 func (s *suite) runCronJobNow(t *testing.T, ns, cronJob string) string {
 	t.Helper()
-	cj, err := s.k.cs.BatchV1().CronJobs(ns).Get(context.Background(), cronJob, metav1.GetOptions{})
+	cj, err := s.k.CS.BatchV1().CronJobs(ns).Get(context.Background(), cronJob, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,12 +715,12 @@ func (s *suite) runCronJobNow(t *testing.T, ns, cronJob string) string {
 		},
 		Spec: cj.Spec.JobTemplate.Spec,
 	}
-	if _, err := s.k.cs.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
+	if _, err := s.k.CS.BatchV1().Jobs(ns).Create(context.Background(), j, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		bg := metav1.DeletePropagationBackground
-		_ = s.k.cs.BatchV1().Jobs(ns).Delete(context.Background(), j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+		_ = s.k.CS.BatchV1().Jobs(ns).Delete(context.Background(), j.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 	})
 	return j.Name
 }

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -34,14 +36,14 @@ const (
 )
 
 var (
-	gvkSecret      = gvk("v1", "Secret")
-	gvkConfigMap   = gvk("v1", "ConfigMap")
-	gvkService     = gvk("v1", "Service")
-	gvkPVC         = gvk("v1", "PersistentVolumeClaim")
-	gvkStatefulSet = gvk("apps/v1", "StatefulSet")
-	gvkPDB         = gvk("policy/v1", "PodDisruptionBudget")
-	gvkNetPol      = gvk("networking.k8s.io/v1", "NetworkPolicy")
-	gvkCronJob     = gvk("batch/v1", "CronJob")
+	gvkSecret      = kube.GVK("v1", "Secret")
+	gvkConfigMap   = kube.GVK("v1", "ConfigMap")
+	gvkService     = kube.GVK("v1", "Service")
+	gvkPVC         = kube.GVK("v1", "PersistentVolumeClaim")
+	gvkStatefulSet = kube.GVK("apps/v1", "StatefulSet")
+	gvkPDB         = kube.GVK("policy/v1", "PodDisruptionBudget")
+	gvkNetPol      = kube.GVK("networking.k8s.io/v1", "NetworkPolicy")
+	gvkCronJob     = kube.GVK("batch/v1", "CronJob")
 )
 
 // obj names one composed object.
@@ -87,7 +89,7 @@ func (d database) String() string { return d.gvk.Kind + " " + d.ns + "/" + d.nam
 
 func (d database) get(t testing.TB) *unstructured.Unstructured {
 	t.Helper()
-	u, err := env.k.get(context.Background(), d.gvk, d.ns, d.name)
+	u, err := env.k.Get(context.Background(), d.gvk, d.ns, d.name)
 	if err != nil {
 		t.Fatalf("get %s: %v", d, err)
 	}
@@ -96,7 +98,7 @@ func (d database) get(t testing.TB) *unstructured.Unstructured {
 
 func (d database) patch(t testing.TB, patch string) *unstructured.Unstructured {
 	t.Helper()
-	u, err := env.k.mergePatch(context.Background(), d.gvk, d.ns, d.name, patch)
+	u, err := env.k.MergePatch(context.Background(), d.gvk, d.ns, d.name, patch)
 	if err != nil {
 		t.Fatalf("patch %s with %s: %v", d, patch, err)
 	}
@@ -107,7 +109,7 @@ func (d database) patch(t testing.TB, patch string) *unstructured.Unstructured {
 // exampleXR reads example/xr.yaml; mutate may rename it and change its spec.
 func exampleXR(t testing.TB) *unstructured.Unstructured {
 	t.Helper()
-	u, err := readObject(env.example("xr.yaml"))
+	u, err := kube.ReadObject(env.example("xr.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func newDatabase(t testing.TB, name string, set map[string]any) *unstructured.Un
 
 func (s *suite) create(t testing.TB, u *unstructured.Unstructured) database {
 	t.Helper()
-	if _, err := s.k.create(context.Background(), u); err != nil {
+	if _, err := s.k.Create(context.Background(), u); err != nil {
 		t.Fatalf("create %s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	t.Logf("created %s %s/%s", u.GetKind(), u.GetNamespace(), u.GetName())
@@ -140,7 +142,7 @@ func (s *suite) create(t testing.TB, u *unstructured.Unstructured) database {
 }
 
 func (s *suite) getObj(ns string, o obj) (*unstructured.Unstructured, error) {
-	return s.k.get(context.Background(), o.gvk, ns, o.name)
+	return s.k.Get(context.Background(), o.gvk, ns, o.name)
 }
 
 // waitSynced waits until the Database is Synced=True for at least the given
@@ -150,18 +152,18 @@ func (s *suite) waitSynced(t testing.TB, d database, generation int64) *unstruct
 	var u *unstructured.Unstructured
 	eventually(t, syncWait, fmt.Sprintf("%s Synced at generation %d", d, generation), func() (bool, string) {
 		var err error
-		u, err = env.k.get(context.Background(), d.gvk, d.ns, d.name)
+		u, err = env.k.Get(context.Background(), d.gvk, d.ns, d.name)
 		if err != nil {
 			return false, err.Error()
 		}
-		c := getCondition(u, "Synced")
-		state := fmt.Sprintf("generation %d; %s", u.GetGeneration(), conditionsString(u))
+		c := kube.GetCondition(u, "Synced")
+		state := fmt.Sprintf("generation %d; %s", u.GetGeneration(), kube.ConditionsString(u))
 		if c.Status != "True" {
 			return false, state
 		}
 		return c.ObservedGeneration == 0 || c.ObservedGeneration >= generation, state
 	})
-	if getCondition(u, "Synced").ObservedGeneration == 0 {
+	if kube.GetCondition(u, "Synced").ObservedGeneration == 0 {
 		// No observedGeneration to go by: give the reconcile a moment.
 		time.Sleep(3 * time.Second)
 		u = d.get(t)
@@ -179,11 +181,11 @@ func (s *suite) waitReadyWithin(t testing.TB, d database, timeout time.Duration)
 	var u *unstructured.Unstructured
 	eventually(t, timeout, d.String()+" Ready", func() (bool, string) {
 		var err error
-		u, err = env.k.get(context.Background(), d.gvk, d.ns, d.name)
+		u, err = env.k.Get(context.Background(), d.gvk, d.ns, d.name)
 		if err != nil {
 			return false, err.Error()
 		}
-		return getCondition(u, "Ready").Status == "True", conditionsString(u) + "; " + s.podsState(d.ns, d.name)
+		return kube.GetCondition(u, "Ready").Status == "True", kube.ConditionsString(u) + "; " + s.podsState(d.ns, d.name)
 	})
 	return u
 }
@@ -226,7 +228,7 @@ func (s *suite) waitGone(t testing.TB, ns string, objs []obj, timeout time.Durat
 
 func (s *suite) statefulSet(t testing.TB, ns, name string) *appsv1.StatefulSet {
 	t.Helper()
-	sts, err := s.k.cs.AppsV1().StatefulSets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	sts, err := s.k.CS.AppsV1().StatefulSets(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get StatefulSet %s/%s: %v", ns, name, err)
 	}
@@ -234,13 +236,13 @@ func (s *suite) statefulSet(t testing.TB, ns, name string) *appsv1.StatefulSet {
 }
 
 func (s *suite) podsState(ns, name string) string {
-	sts, err := s.k.cs.AppsV1().StatefulSets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	sts, err := s.k.CS.AppsV1().StatefulSets(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return "StatefulSet: " + err.Error()
 	}
 	st := fmt.Sprintf("StatefulSet replicas %d ready %d updated %d current %s update %s observedGeneration %d/%d",
 		ptrInt(sts.Spec.Replicas), sts.Status.ReadyReplicas, sts.Status.UpdatedReplicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision, sts.Status.ObservedGeneration, sts.Generation)
-	pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err == nil {
 		var ps []string
 		for _, p := range pods.Items {
@@ -313,16 +315,17 @@ func str(u *unstructured.Unstructured, path ...string) string {
 	return fmt.Sprint(v)
 }
 
-// The Database of example/xr.yaml, composed by TestDatabase/Compose and used
-// by the later scenarios.
-var orders struct {
+// example is the Database of example/xr.yaml, composed by
+// TestDatabase/Compose and used by its later steps.
+type example struct {
 	d        database
 	replicas int64
 	backup   bool
 	ok       bool
 }
 
-func requireOrders(t *testing.T) {
+// require skips a step that needs the example Database when Compose failed.
+func (orders *example) require(t *testing.T) {
 	t.Helper()
 	if !orders.ok {
 		t.Skip("the example Database was not composed (see Compose)")
@@ -334,18 +337,24 @@ func requireOrders(t *testing.T) {
 // the composed kinds away for a moment, which no other Database must feel.
 func TestDatabase(t *testing.T) {
 	s := env
-	s.step(t, "Permissions", s.testPermissions)
-	s.step(t, "Compose", s.testCompose)
-	s.step(t, "NoChurn", s.testNoChurn)
-	s.step(t, "PasswordStable", s.testPasswordStable)
-	s.step(t, "Scale", s.testScale)
-	s.step(t, "Spread", s.testSpread)
-	s.step(t, "Backup", s.testBackup)
-	s.step(t, "Restore", s.testRestore)
-	s.step(t, "MajorDowngrade", s.testDowngrade)
-	s.step(t, "InvalidSpecs", s.testInvalid)
-	s.step(t, "LegacyClaim", s.testLegacyClaim)
-	s.step(t, "Delete", s.testDelete)
+	orders := &example{}
+	with := func(f func(*testing.T, *example)) func(*testing.T) {
+		return func(t *testing.T) { f(t, orders) }
+	}
+	s.steps(t, []step{
+		{name: "Permissions", run: s.testPermissions},
+		{name: "Compose", run: with(s.testCompose)},
+		{name: "NoChurn", run: with(s.testNoChurn)},
+		{name: "PasswordStable", run: with(s.testPasswordStable)},
+		{name: "Scale", run: with(s.testScale)},
+		{name: "Spread", run: s.testSpread},
+		{name: "Backup", run: s.testBackup},
+		{name: "Restore", run: s.testRestore},
+		{name: "MajorDowngrade", run: with(s.testDowngrade)},
+		{name: "InvalidSpecs", run: s.testInvalid},
+		{name: "LegacyClaim", run: s.testLegacyClaim},
+		{name: "Delete", run: with(s.testDelete)},
+	})
 }
 
 // Permissions: Crossplane core runs on its own ServiceAccount's permissions
@@ -372,13 +381,13 @@ func (s *suite) testPermissions(t *testing.T) {
 	}
 	ns := "permissions"
 	s.ensureNamespace(t, ns)
-	granted, err := ruleAccesses(role, ns)
+	granted, err := crossplane.RuleAccesses(role, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The kinds only this role grants core. Secrets, ConfigMaps and Services
 	// stay allowed without it: the chart's own role grants them to core.
-	var onlyOurs []access
+	var onlyOurs []kube.Access
 	for _, a := range granted {
 		if a.Group != "" {
 			onlyOurs = append(onlyOurs, a)
@@ -390,23 +399,23 @@ func (s *suite) testPermissions(t *testing.T) {
 			t.Errorf("restore ClusterRole %s: %v", role.GetName(), err)
 		}
 	})
-	if err := s.k.delete(ctx, role.GroupVersionKind(), "", role.GetName()); err != nil {
+	if err := s.k.Delete(ctx, role.GroupVersionKind(), "", role.GetName()); err != nil {
 		t.Fatalf("delete ClusterRole %s: %v", role.GetName(), err)
 	}
-	if err := s.k.waitAllowed(ctx, 30*time.Second, coreSA, false, onlyOurs...); err != nil {
+	if err := s.k.WaitAllowed(ctx, 30*time.Second, crossplane.Namespace, crossplane.CoreSA, false, onlyOurs...); err != nil {
 		t.Fatalf("ClusterRole %s deleted, but core keeps its access: %v", role.GetName(), err)
 	}
 	t.Logf("ClusterRole %s deleted: core may no longer do %d things it granted", role.GetName(), len(onlyOurs))
 
-	logStart := proc.FileSize(s.xp.core.Log)
+	logStart := proc.FileSize(s.xp.Core.Log)
 	xr := exampleXR(t)
 	xr.SetNamespace(ns)
 	d := s.create(t, xr)
-	user := "system:serviceaccount:" + xpNamespace + ":" + coreSA
+	user := "system:serviceaccount:" + crossplane.Namespace + ":" + crossplane.CoreSA
 	var forbidden []string
 	eventually(t, syncWait, d.String()+` refused: a Warning event or core's log saying "forbidden" and naming core's ServiceAccount`, func() (bool, string) {
 		forbidden = forbidden[:0]
-		evs, err := s.k.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + d.name + ",involvedObject.kind=" + d.gvk.Kind})
+		evs, err := s.k.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + d.name + ",involvedObject.kind=" + d.gvk.Kind})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -418,7 +427,7 @@ func (s *suite) testPermissions(t *testing.T) {
 				forbidden = append(forbidden, "event "+e.Reason+": "+e.Message)
 			}
 		}
-		for _, l := range strings.Split(proc.ReadFrom(s.xp.core.Log, logStart), "\n") {
+		for _, l := range strings.Split(proc.ReadFrom(s.xp.Core.Log, logStart), "\n") {
 			if strings.Contains(l, "forbidden") && strings.Contains(l, user) {
 				forbidden = append(forbidden, "core's log: "+l)
 				break
@@ -427,7 +436,7 @@ func (s *suite) testPermissions(t *testing.T) {
 		return len(forbidden) > 0, fmt.Sprintf("events: %q; no forbidden line in core's log", seen)
 	})
 	t.Logf("without the ClusterRole, core reports: %s", strings.Join(forbidden, "; "))
-	if c := getCondition(d.get(t), "Synced"); c.Status == "True" {
+	if c := kube.GetCondition(d.get(t), "Synced"); c.Status == "True" {
 		t.Errorf("%s is Synced without the ClusterRole: %s", d, c.Message)
 	}
 	if _, err := s.getObj(ns, obj{gvkStatefulSet, d.name}); !apierrors.IsNotFound(err) {
@@ -446,11 +455,11 @@ func (s *suite) testPermissions(t *testing.T) {
 	// Ready: core watches and reads the composed StatefulSet's status.
 	s.waitReady(t, d)
 
-	if err := s.k.delete(ctx, d.gvk, d.ns, d.name); err != nil {
+	if err := s.k.Delete(ctx, d.gvk, d.ns, d.name); err != nil {
 		t.Fatalf("delete %s: %v", d, err)
 	}
 	eventually(t, deleteWait, d.String()+" gone", func() (bool, string) {
-		_, err := s.k.get(ctx, d.gvk, d.ns, d.name)
+		_, err := s.k.Get(ctx, d.gvk, d.ns, d.name)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
@@ -458,7 +467,7 @@ func (s *suite) testPermissions(t *testing.T) {
 // Compose: the medium Database of example/xr.yaml gets its whole stack in its
 // namespace, owned by the XR; it is Synced at once but Ready only once kwok
 // has made the StatefulSet's pods Ready.
-func (s *suite) testCompose(t *testing.T) {
+func (s *suite) testCompose(t *testing.T, orders *example) {
 	xr := exampleXR(t)
 	ns, n := xr.GetNamespace(), xr.GetName()
 	if ns == "" {
@@ -477,9 +486,9 @@ func (s *suite) testCompose(t *testing.T) {
 		var sts *appsv1.StatefulSet
 		eventually(t, syncWait, "StatefulSet "+n, func() (bool, string) {
 			var err error
-			sts, err = s.k.cs.AppsV1().StatefulSets(ns).Get(context.Background(), n, metav1.GetOptions{})
+			sts, err = s.k.CS.AppsV1().StatefulSets(ns).Get(context.Background(), n, metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error() + "; XR: " + conditionsString(d.get(t))
+				return false, err.Error() + "; XR: " + kube.ConditionsString(d.get(t))
 			}
 			return true, ""
 		})
@@ -491,8 +500,8 @@ func (s *suite) testCompose(t *testing.T) {
 
 	// Early observation: stack there, pods not Ready, XR not Ready.
 	early := d.get(t)
-	if c := getCondition(early, "Ready"); c.Status == "True" {
-		t.Errorf("%s is Ready before any pod could run: %s; %s", d, conditionsString(early), s.podsState(ns, n))
+	if c := kube.GetCondition(early, "Ready"); c.Status == "True" {
+		t.Errorf("%s is Ready before any pod could run: %s; %s", d, kube.ConditionsString(early), s.podsState(ns, n))
 	} else {
 		t.Logf("early observation: Ready=%s (%s) phase=%q; %s", c.Status, c.Reason, str(early, "status", "phase"), s.podsState(ns, n))
 	}
@@ -501,7 +510,7 @@ func (s *suite) testCompose(t *testing.T) {
 	}
 	for range 8 { // stays so for a while: nothing becomes Ready by itself
 		time.Sleep(250 * time.Millisecond)
-		if c := getCondition(d.get(t), "Ready"); c.Status == "True" {
+		if c := kube.GetCondition(d.get(t), "Ready"); c.Status == "True" {
 			t.Errorf("%s became Ready with no pod Ready: %s", d, s.podsState(ns, n))
 			break
 		}
@@ -532,8 +541,8 @@ func (s *suite) testCompose(t *testing.T) {
 	t.Logf("Ready %s after the volumes were released", time.Since(released).Round(time.Millisecond))
 	// Ready came after every pod became Ready (API timestamps, seconds;
 	// pods made after the XR turned Ready, by a later roll, don't count).
-	readyAt := getCondition(u, "Ready").LastTransitionTime
-	pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	readyAt := kube.GetCondition(u, "Ready").LastTransitionTime
+	pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,17 +578,17 @@ func (s *suite) testCompose(t *testing.T) {
 		t.Errorf("status.endpoint = %q, want the Service %s.%s", ep, n, ns)
 	}
 	t.Logf("status: endpoint=%s version=%s replicas=%s phase=%s; %s", str(u, "status", "endpoint"), str(u, "status", "version"),
-		str(u, "status", "replicas"), str(u, "status", "phase"), conditionsString(u))
+		str(u, "status", "replicas"), str(u, "status", "phase"), kube.ConditionsString(u))
 	orders.d, orders.replicas, orders.backup = d, replicas, backup
 	orders.ok = !t.Failed()
 	if t.Failed() {
-		t.Logf("XR:\n%s", toYAML(u))
+		t.Logf("XR:\n%s", kube.ToYAML(u))
 	}
 }
 
 // NoChurn: in steady state nothing rewrites the composed objects.
-func (s *suite) testNoChurn(t *testing.T) {
-	requireOrders(t)
+func (s *suite) testNoChurn(t *testing.T, orders *example) {
+	orders.require(t)
 	d := orders.d
 	want := composed(d.name, orders.replicas, orders.backup)
 	// Let the XR settle first: right after it turns Ready, Crossplane core
@@ -595,7 +604,7 @@ func (s *suite) testNoChurn(t *testing.T) {
 	// Watch the XR through the window: its status must hold still too
 	// (no condition or status field may change on every call: Crossplane
 	// would write the XR on every reconcile).
-	xc, err := s.k.client(d.gvk, d.ns)
+	xc, err := s.k.Resource(d.gvk, d.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +646,7 @@ func (s *suite) testNoChurn(t *testing.T) {
 			if u.GetResourceVersion() != before[o].GetResourceVersion() {
 				changed[o] = true
 				t.Errorf("%s changed in steady state (resourceVersion %s -> %s):\n%s", o,
-					before[o].GetResourceVersion(), u.GetResourceVersion(), lineDiff(toYAML(before[o]), toYAML(u)))
+					before[o].GetResourceVersion(), u.GetResourceVersion(), lineDiff(kube.ToYAML(before[o]), kube.ToYAML(u)))
 			}
 		}
 	}
@@ -645,7 +654,7 @@ func (s *suite) testNoChurn(t *testing.T) {
 	body := func(u *unstructured.Unstructured) string {
 		c := u.DeepCopy()
 		delete(c.Object, "metadata")
-		return toYAML(c)
+		return kube.ToYAML(c)
 	}
 	prev, metaOnly := xrBefore, 0
 	for _, ev := range <-events {
@@ -667,7 +676,7 @@ func (s *suite) testNoChurn(t *testing.T) {
 
 func (s *suite) password(t testing.TB, ns, name string) string {
 	t.Helper()
-	sec, err := s.k.cs.CoreV1().Secrets(ns).Get(context.Background(), name+"-credentials", metav1.GetOptions{})
+	sec, err := s.k.CS.CoreV1().Secrets(ns).Get(context.Background(), name+"-credentials", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("Secret %s-credentials: %v", name, err)
 	}
@@ -689,8 +698,8 @@ func (s *suite) touch(t testing.TB, d database, i int) {
 
 // PasswordStable: the generated password is kept across reconciles and a
 // restart of Crossplane core.
-func (s *suite) testPasswordStable(t *testing.T) {
-	requireOrders(t)
+func (s *suite) testPasswordStable(t *testing.T, orders *example) {
+	orders.require(t)
 	d := orders.d
 	p0 := s.password(t, d.ns, d.name)
 	for i := 1; i <= 3; i++ {
@@ -699,18 +708,18 @@ func (s *suite) testPasswordStable(t *testing.T) {
 			t.Fatalf("password of %s-credentials changed after reconcile %d", d.name, i)
 		}
 	}
-	t.Logf("restarting Crossplane core (pid %d)", s.xp.core.PID())
-	if err := s.xp.restartCore(); err != nil {
+	t.Logf("restarting Crossplane core (pid %d)", s.xp.Core.PID())
+	if err := s.xp.RestartCore(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Crossplane core restarted (pid %d)", s.xp.core.PID())
+	t.Logf("Crossplane core restarted (pid %d)", s.xp.Core.PID())
 	s.touch(t, d, 0)
 	s.waitReady(t, d)
 	if p := s.password(t, d.ns, d.name); p != p0 {
 		t.Fatalf("password of %s-credentials changed after Crossplane core restarted", d.name)
 	}
 	// Superuser secret too.
-	sec, err := s.k.cs.CoreV1().Secrets(d.ns).Get(context.Background(), d.name+"-superuser", metav1.GetOptions{})
+	sec, err := s.k.CS.CoreV1().Secrets(d.ns).Get(context.Background(), d.name+"-superuser", metav1.GetOptions{})
 	if err != nil || len(sec.Data["password"]) == 0 {
 		t.Errorf("Secret %s-superuser has no password (%v)", d.name, err)
 	}
@@ -718,8 +727,8 @@ func (s *suite) testPasswordStable(t *testing.T) {
 
 // Scale: large gives 3 replicas, a PDB and bigger resources; small gives 1
 // replica and no PDB; back to the example's size afterwards.
-func (s *suite) testScale(t *testing.T) {
-	requireOrders(t)
+func (s *suite) testScale(t *testing.T, orders *example) {
+	orders.require(t)
 	d := orders.d
 	size := str(d.get(t), "spec", "size")
 	before := container(s.statefulSet(t, d.ns, d.name), "postgres").Resources
@@ -766,7 +775,7 @@ func (s *suite) testScale(t *testing.T) {
 func (s *suite) testSpread(t *testing.T) {
 	ctx := context.Background()
 	nodesOf := func(ns, db string) map[string]string {
-		pods, err := s.k.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",statefulset.kubernetes.io/pod-name"})
+		pods, err := s.k.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db + ",statefulset.kubernetes.io/pod-name"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -791,7 +800,7 @@ func (s *suite) testSpread(t *testing.T) {
 	w := newDatabase(t, "spread", map[string]any{"size": "large"})
 	w.SetNamespace(wide)
 	d := s.create(t, w)
-	defer func() { _ = s.k.delete(ctx, d.gvk, d.ns, d.name) }()
+	defer func() { _ = s.k.Delete(ctx, d.gvk, d.ns, d.name) }()
 	s.waitReady(t, d)
 	eventually(t, syncWait, "three instances on three nodes", func() (bool, string) {
 		m := nodesOf(wide, "spread")
@@ -799,7 +808,7 @@ func (s *suite) testSpread(t *testing.T) {
 	})
 	zones := map[string]bool{}
 	for _, n := range nodesOf(wide, "spread") {
-		node, err := s.k.cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		node, err := s.k.CS.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -808,11 +817,11 @@ func (s *suite) testSpread(t *testing.T) {
 	if len(zones) != 3 {
 		t.Errorf("the instances are in zones %v, want three", zones)
 	}
-	if c := getCondition(d.get(t), "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
+	if c := kube.GetCondition(d.get(t), "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
 		t.Errorf("Scheduled %s/%s: %s", c.Status, c.Reason, c.Message)
 	}
 
-	if _, err := s.k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+	if _, err := s.k.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        narrow,
 		Annotations: map[string]string{"scheduler.alpha.kubernetes.io/node-selector": cluster.PairLabel + "=true"},
 	}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -821,13 +830,13 @@ func (s *suite) testSpread(t *testing.T) {
 	n := newDatabase(t, "crowded", map[string]any{"size": "large"})
 	n.SetNamespace(narrow)
 	c := s.create(t, n)
-	defer func() { _ = s.k.delete(ctx, c.gvk, c.ns, c.name) }()
-	var cond condition
+	defer func() { _ = s.k.Delete(ctx, c.gvk, c.ns, c.name) }()
+	var cond kube.Condition
 	// Until the suite's provisioner binds their claims, every pod is
 	// unschedulable for that reason (the condition says so, truly); then
 	// two are placed and the third is refused by the anti-affinity.
 	eventually(t, syncWait, "the Scheduled condition naming the instance no node takes", func() (bool, string) {
-		cond = getCondition(c.get(t), "Scheduled")
+		cond = kube.GetCondition(c.get(t), "Scheduled")
 		m := nodesOf(narrow, "crowded")
 		return cond.Status == "False" && cond.Reason == "InstanceUnschedulable" && strings.Contains(cond.Message, "anti-affinity") && distinct(m) == 2,
 			fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, m)
@@ -844,7 +853,7 @@ func (s *suite) testSpread(t *testing.T) {
 	u := c.patch(t, `{"spec":{"size":"medium"}}`)
 	s.waitSynced(t, c, u.GetGeneration())
 	eventually(t, syncWait, "two instances placed, Scheduled again", func() (bool, string) {
-		cond = getCondition(c.get(t), "Scheduled")
+		cond = kube.GetCondition(c.get(t), "Scheduled")
 		return cond.Status == "True", fmt.Sprintf("%s/%s: %s; pods on %v", cond.Status, cond.Reason, cond.Message, nodesOf(narrow, "crowded"))
 	})
 }
@@ -872,7 +881,7 @@ func (s *suite) testBackup(t *testing.T) {
 	s.ensureNamespace(t, ns)
 	n := "backup-demo"
 	d := s.create(t, newDatabase(t, n, map[string]any{"size": "small", "backup.enabled": false}))
-	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), d.gvk, d.ns, d.name) }()
 	s.waitSynced(t, d, 1)
 	objs := s.waitExists(t, ns, composed(n, 1, false))
 	sts := s.statefulSet(t, ns, n)
@@ -907,8 +916,8 @@ func (s *suite) testBackup(t *testing.T) {
 
 // MajorDowngrade: a major version change in place is not applied; a
 // condition says why and points to restoreFrom.
-func (s *suite) testDowngrade(t *testing.T) {
-	requireOrders(t)
+func (s *suite) testDowngrade(t *testing.T, orders *example) {
+	orders.require(t)
 	d := orders.d
 	version := str(d.get(t), "spec", "version")
 	major, err := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
@@ -919,16 +928,16 @@ func (s *suite) testDowngrade(t *testing.T) {
 	lower := strconv.Itoa(major - 1)
 	u := d.patch(t, fmt.Sprintf(`{"spec":{"version":%q}}`, lower))
 	s.waitSynced(t, d, u.GetGeneration())
-	var cond condition
+	var cond kube.Condition
 	eventually(t, syncWait, "a condition on "+d.String()+" whose message mentions restoreFrom", func() (bool, string) {
 		u = d.get(t)
-		for _, c := range conditions(u) {
+		for _, c := range kube.Conditions(u) {
 			if strings.Contains(c.Message, "restoreFrom") {
 				cond = c
 				return true, ""
 			}
 		}
-		return false, conditionsString(u)
+		return false, kube.ConditionsString(u)
 	})
 	t.Logf("condition: %s=%s (%s): %s", cond.Type, cond.Status, cond.Reason, cond.Message)
 	// Give a wrong change time to land, then check it did not.
@@ -940,7 +949,7 @@ func (s *suite) testDowngrade(t *testing.T) {
 	u = d.patch(t, fmt.Sprintf(`{"spec":{"version":%q}}`, version))
 	s.waitSynced(t, d, u.GetGeneration())
 	ok := poll(15*time.Second, func() (bool, string) {
-		for _, c := range conditions(d.get(t)) {
+		for _, c := range kube.Conditions(d.get(t)) {
 			if c.Type == cond.Type && strings.Contains(c.Message, "restoreFrom") {
 				return false, ""
 			}
@@ -948,7 +957,7 @@ func (s *suite) testDowngrade(t *testing.T) {
 		return true, ""
 	})
 	if !ok {
-		t.Errorf("condition %s still mentions restoreFrom after spec.version went back to %s: %s", cond.Type, version, conditionsString(d.get(t)))
+		t.Errorf("condition %s still mentions restoreFrom after spec.version went back to %s: %s", cond.Type, version, kube.ConditionsString(d.get(t)))
 	}
 	if got := container(s.statefulSet(t, d.ns, d.name), "postgres").Image; got != image {
 		t.Errorf("StatefulSet image %s after going back to version %s, want %s", got, version, image)
@@ -973,7 +982,7 @@ func (s *suite) testInvalid(t *testing.T) {
 		{"PostgreSQL's reserved prefix", newDatabase(t, "pg-orders", nil), []string{"metadata.name", "nor start with pg-"}},
 	}
 	for _, c := range cases {
-		cl, err := s.k.clientFor(c.xr)
+		cl, err := s.k.ResourceFor(c.xr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1003,13 +1012,13 @@ func (s *suite) testLegacyClaim(t *testing.T) {
 		t.Fatalf("legacy XRD and Composition: %v", err)
 	}
 	t.Logf("legacy XRD %v established and offered", xrds)
-	claim, err := readObject(env.example("legacy", "claim.yaml"))
+	claim, err := kube.ReadObject(env.example("legacy", "claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := s.k.waitKind(wctx, claim.GroupVersionKind()); err != nil {
+	if err := s.k.WaitKind(wctx, claim.GroupVersionKind()); err != nil {
 		t.Fatal(err)
 	}
 	ns, n := claim.GetNamespace(), claim.GetName()
@@ -1023,11 +1032,11 @@ func (s *suite) testLegacyClaim(t *testing.T) {
 	eventually(t, syncWait, "the claim's composite resource", func() (bool, string) {
 		u := d.get(t)
 		xrName = str(u, "spec", "resourceRef", "name")
-		return xrName != "", conditionsString(u)
+		return xrName != "", kube.ConditionsString(u)
 	})
 	cu := d.get(t)
 	xrAPI, xrKind := str(cu, "spec", "resourceRef", "apiVersion"), str(cu, "spec", "resourceRef", "kind")
-	xr, err := s.k.get(context.Background(), gvk(xrAPI, xrKind), "", xrName)
+	xr, err := s.k.Get(context.Background(), kube.GVK(xrAPI, xrKind), "", xrName)
 	if err != nil {
 		t.Fatalf("composite %s %s: %v", xrKind, xrName, err)
 	}
@@ -1037,10 +1046,10 @@ func (s *suite) testLegacyClaim(t *testing.T) {
 		var sts *appsv1.StatefulSet
 		eventually(t, syncWait, "StatefulSet "+ns+"/"+n, func() (bool, string) {
 			var err error
-			sts, err = s.k.cs.AppsV1().StatefulSets(ns).Get(context.Background(), n, metav1.GetOptions{})
+			sts, err = s.k.CS.AppsV1().StatefulSets(ns).Get(context.Background(), n, metav1.GetOptions{})
 			if err != nil {
-				x, _ := s.k.get(context.Background(), gvk(xrAPI, xrKind), "", xrName)
-				return false, err.Error() + "; XR: " + conditionsString(x)
+				x, _ := s.k.Get(context.Background(), kube.GVK(xrAPI, xrKind), "", xrName)
+				return false, err.Error() + "; XR: " + kube.ConditionsString(x)
 			}
 			return true, ""
 		})
@@ -1054,7 +1063,7 @@ func (s *suite) testLegacyClaim(t *testing.T) {
 		}
 	}
 	u := s.waitReady(t, d)
-	t.Logf("claim Ready: status endpoint=%s phase=%s; %s", str(u, "status", "endpoint"), str(u, "status", "phase"), conditionsString(u))
+	t.Logf("claim Ready: status endpoint=%s phase=%s; %s", str(u, "status", "endpoint"), str(u, "status", "phase"), kube.ConditionsString(u))
 	if ep := str(u, "status", "endpoint"); !strings.Contains(ep, n+"."+ns) {
 		t.Errorf("claim status.endpoint = %q, want the Service %s.%s", ep, n, ns)
 	}
@@ -1077,7 +1086,7 @@ func (s *suite) checkClaimSecret(t *testing.T, claim database, xr *unstructured.
 	if name == "" {
 		t.Fatalf("claim %s has no spec.writeConnectionSecretToRef.name", claim)
 	}
-	xrd, err := s.k.get(context.Background(), gvkXRD, "", "xdatabases.legacy.example.com")
+	xrd, err := s.k.Get(context.Background(), crossplane.GVKXRD, "", "xdatabases.legacy.example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1089,9 +1098,9 @@ func (s *suite) checkClaimSecret(t *testing.T, claim database, xr *unstructured.
 	var sec *corev1.Secret
 	eventually(t, syncWait, "Secret "+claim.ns+"/"+name+" (the claim's writeConnectionSecretToRef)", func() (bool, string) {
 		var err error
-		sec, err = s.k.cs.CoreV1().Secrets(claim.ns).Get(context.Background(), name, metav1.GetOptions{})
+		sec, err = s.k.CS.CoreV1().Secrets(claim.ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
-			x, _ := s.k.get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
+			x, _ := s.k.Get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
 			return false, fmt.Sprintf("%v; XR writeConnectionSecretToRef %s/%s", err, str(x, "spec", "writeConnectionSecretToRef", "namespace"), str(x, "spec", "writeConnectionSecretToRef", "name"))
 		}
 		return len(sec.Data) == len(claimSecretKeys), fmt.Sprintf("keys %v", keys(sec.Data))
@@ -1099,7 +1108,7 @@ func (s *suite) checkClaimSecret(t *testing.T, claim database, xr *unstructured.
 	if got := keys(sec.Data); strings.Join(got, ",") != strings.Join(claimSecretKeys, ",") {
 		t.Errorf("Secret %s/%s keys %v, want %v", claim.ns, name, got, claimSecretKeys)
 	}
-	creds, err := s.k.cs.CoreV1().Secrets(claim.ns).Get(context.Background(), claim.name+"-credentials", metav1.GetOptions{})
+	creds, err := s.k.CS.CoreV1().Secrets(claim.ns).Get(context.Background(), claim.name+"-credentials", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1111,7 +1120,7 @@ func (s *suite) checkClaimSecret(t *testing.T, claim database, xr *unstructured.
 	if !ownedByUID(sec, c.GetUID()) {
 		t.Errorf("Secret %s/%s is not controlled by the claim: owners %v", claim.ns, name, sec.OwnerReferences)
 	}
-	x, err := s.k.get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
+	x, err := s.k.Get(context.Background(), xr.GroupVersionKind(), "", xr.GetName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1139,8 +1148,8 @@ func ownedByUID(o metav1.Object, uid types.UID) bool {
 
 // Delete: deleting a Database garbage-collects every composed object; the
 // volumes stay with deletionPolicy Retain and go with Delete.
-func (s *suite) testDelete(t *testing.T) {
-	requireOrders(t)
+func (s *suite) testDelete(t *testing.T, orders *example) {
+	orders.require(t)
 	keep := orders.d
 	ns := keep.ns
 	n := "delete-demo"
@@ -1185,7 +1194,7 @@ func (s *suite) testDelete(t *testing.T) {
 	keepObjs := composed(keep.name, int64(ptrInt(keepSTS.Spec.Replicas)), orders.backup)
 	goneObjs := composed(n, int64(ptrInt(goneSTS.Spec.Replicas)), false)
 	for _, d := range []database{keep, gone} {
-		if err := s.k.delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
+		if err := s.k.Delete(context.Background(), d.gvk, d.ns, d.name); err != nil {
 			t.Fatalf("delete %s: %v", d, err)
 		}
 		t.Logf("deleted %s", d)
@@ -1193,14 +1202,14 @@ func (s *suite) testDelete(t *testing.T) {
 	t0 := time.Now()
 	for _, d := range []database{keep, gone} {
 		eventually(t, deleteWait, d.String()+" gone", func() (bool, string) {
-			u, err := s.k.get(context.Background(), d.gvk, d.ns, d.name)
+			u, err := s.k.Get(context.Background(), d.gvk, d.ns, d.name)
 			if apierrors.IsNotFound(err) {
 				return true, ""
 			}
 			if err != nil {
 				return false, err.Error()
 			}
-			return false, fmt.Sprintf("finalizers %v; %s", u.GetFinalizers(), conditionsString(u))
+			return false, fmt.Sprintf("finalizers %v; %s", u.GetFinalizers(), kube.ConditionsString(u))
 		})
 	}
 	s.waitGone(t, ns, append(keepObjs, goneObjs...), deleteWait)
@@ -1208,7 +1217,7 @@ func (s *suite) testDelete(t *testing.T) {
 	s.waitGone(t, ns, pvcObjs(gonePVCs), deleteWait)
 	t.Logf("deletionPolicy Delete: PVCs %v gone after %s", gonePVCs, time.Since(t0).Round(time.Millisecond))
 	for _, p := range keepPVCs {
-		pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), p, metav1.GetOptions{})
+		pvc, err := s.k.CS.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), p, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			t.Errorf("deletionPolicy Retain: PVC %s: %v", p, err)
@@ -1247,7 +1256,7 @@ func lineDiff(a, b string) string {
 
 func conditionTimes(u *unstructured.Unstructured) string {
 	var out []string
-	for _, c := range conditions(u) {
+	for _, c := range kube.Conditions(u) {
 		out = append(out, fmt.Sprintf("%s=%s@%s", c.Type, c.Status, c.LastTransitionTime.Format("15:04:05")))
 	}
 	return strings.Join(out, " ")

@@ -8,7 +8,7 @@
 // with hack/push.sh to xpkg.example.test (the suite's registry serving TLS
 // under that name, in a mount namespace whose /etc/hosts points it there),
 // the Configuration applied and waited for (install_test.go,
-// internal/registry, crossplane_test.go; docs/packaging.md).
+// internal/registry, internal/crossplane; docs/packaging.md).
 //
 // The tests are behind the e2e build tag:
 //

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 )
@@ -30,7 +31,7 @@ import (
 func (s *suite) poolWriter(t *testing.T, ns, db, writerName string, where map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{}); err == nil {
+	if _, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{}); err == nil {
 		return
 	}
 	used := map[string]bool{}
@@ -49,7 +50,7 @@ func (s *suite) poolWriter(t *testing.T, ns, db, writerName string, where map[st
 	}
 	w := s.writerPodSpec(ns, writerName, db)
 	w.Spec.NodeSelector = map[string]string{corev1.LabelHostname: spare}
-	if _, err := s.k.cs.CoreV1().Pods(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
+	if _, err := s.k.CS.CoreV1().Pods(ns).Create(ctx, w, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create writer pod: %v", err)
 	}
 	eventually(t, 2*time.Minute, "the writer's first acknowledged write", func() (bool, string) {
@@ -63,7 +64,7 @@ func (s *suite) poolWriter(t *testing.T, ns, db, writerName string, where map[st
 func (s *suite) cordon(t *testing.T, node string, unschedulable bool) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, unschedulable)
-	if _, err := s.k.cs.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := s.k.CS.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("cordon %s (%v): %v", node, unschedulable, err)
 	}
 }
@@ -71,7 +72,7 @@ func (s *suite) cordon(t *testing.T, node string, unschedulable bool) {
 // evict asks the Eviction API to evict pod: nil when accepted, a
 // TooManyRequests error when a PodDisruptionBudget refuses it.
 func (s *suite) evict(ns, pod string) error {
-	return s.k.cs.CoreV1().Pods(ns).EvictV1(context.Background(), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}})
+	return s.k.CS.CoreV1().Pods(ns).EvictV1(context.Background(), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}})
 }
 
 // evictRetrying evicts pod as kubectl drain does: a refusal by the budget
@@ -92,7 +93,7 @@ func (s *suite) waitPrimaryMoved(t *testing.T, d database, ns, db, from string, 
 	eventually(t, timeout, what, func() (bool, string) {
 		u := d.get(t)
 		to = str(u, "status", "primary")
-		c := getCondition(u, "Failover")
+		c := kube.GetCondition(u, "Failover")
 		return to != "" && to != from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", to, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
 	})
 	return to
@@ -114,7 +115,7 @@ func (s *suite) beforeDrain(t *testing.T, d database, ns, db, writerName string)
 // too, so that a failed test leaves the node in service).
 func (s *suite) drain(t *testing.T, ns, pod, node string) (fault time.Time, old types.UID, uncordon func()) {
 	t.Helper()
-	p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	p, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func (s *suite) drain(t *testing.T, ns, pod, node string) (fault time.Time, old 
 func (s *suite) waitRecreated(t *testing.T, ns, db, pod string, old types.UID) {
 	t.Helper()
 	eventually(t, 2*time.Minute, pod+" re-created, waiting for its cordoned node", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -171,11 +172,11 @@ func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string
 	}
 	t.Logf("the second drain's eviction of %s refused while %s is away: %v", b, a, err)
 	s.waitRecreated(t, ns, db, a, old)
-	t.Logf("with %s cordoned: %s", where[a], conditionsString(d.get(t)))
+	t.Logf("with %s cordoned: %s", where[a], kube.ConditionsString(d.get(t)))
 	uncordon()
 	back := time.Now()
 	eventually(t, realReady, a+" ready on "+where[a]+" again", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, a, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, a, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -220,7 +221,7 @@ func (s *suite) drainPrimary(t *testing.T, d database, ns, db, writerName string
 	rto := checker.MeasureRTO(writer.Parse(s.podLog(ns, writerName, "writer")), fault)
 	t.Logf("drain of the primary's node: writes acknowledged again on the new timeline %s after the eviction (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
 	s.waitRecreated(t, ns, db, from, old)
-	if c := getCondition(d.get(t), "Instances"); !strings.Contains(c.Message, from) {
+	if c := kube.GetCondition(d.get(t), "Instances"); !strings.Contains(c.Message, from) {
 		t.Errorf("condition Instances does not name %s, away on the cordoned node: %s %s: %s", from, c.Status, c.Reason, c.Message)
 	} else {
 		t.Logf("with %s cordoned: Instances %s: %s", node, c.Reason, c.Message)

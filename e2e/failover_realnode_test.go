@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 )
@@ -40,8 +42,8 @@ import (
 // reports the writes lost without failing on them; a planned switchover
 // loses none.
 func TestFailover(t *testing.T) {
-	concurrent(t, laneNodeName) // beside TestRealNode with E2E_PARALLEL=1
 	s := env
+	s.concurrent(t, laneNodeName) // beside TestRealNode with E2E_PARALLEL=1
 	s.laneNode(t)
 	const ns, db, writerName = "failover-real", "ledger", "writer"
 	s.laneNamespace(t, ns)
@@ -86,17 +88,16 @@ func TestFailover(t *testing.T) {
 		// Held) until that standby answers again, then promotes.
 		{"StandbyLostWithPrimary", "freeze-with-standby", "sync", "scripts' TestFailoverSyncHoldsWithoutEveryStandby (real PostgreSQL servers)"},
 	}
+	var table []step
 	for _, l := range losses {
-		run := s.step
-		if l.how == "freeze-core-down" {
-			run = s.stepAlone // Crossplane core down: every group's Databases wait
-		}
-		if !run(t, l.name, func(t *testing.T) {
-			fullMatrix(t, l.also)
-			s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability)
-		}) {
-			return
-		}
+		table = append(table, step{
+			name: l.name, needed: true,
+			alone: l.how == "freeze-core-down", // Crossplane core down: every group's Databases wait
+			run: func(t *testing.T) {
+				fullMatrix(t, l.also)
+				s.loseThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability)
+			},
+		})
 	}
 	// Faults the primary comes back from by itself: a failover may follow
 	// or not (the Job ends not-needed when the primary answers first);
@@ -130,14 +131,12 @@ func TestFailover(t *testing.T) {
 		{"RecordsDeleted", "records-deleted", "sync", ""},
 	}
 	for _, l := range disturbances {
-		if !s.step(t, l.name, func(t *testing.T) {
+		table = append(table, step{name: l.name, needed: true, run: func(t *testing.T) {
 			fullMatrix(t, l.also)
 			s.disturbThePrimary(t, d, ns, db, writerName, l.name, l.how, l.durability)
-		}) {
-			return
-		}
+		}})
 	}
-	s.step(t, "Switchover", func(t *testing.T) { s.switchover(t, d, ns, db, writerName) })
+	table = append(table, step{name: "Switchover", run: func(t *testing.T) { s.switchover(t, d, ns, db, writerName) }})
 	// A new pod template (the next minor) while the writer writes: the
 	// standbys roll first, the primary is switched over before its own
 	// restart, and nothing acknowledged is lost. spec.primary (set by
@@ -145,10 +144,11 @@ func TestFailover(t *testing.T) {
 	// roll, a second promotion the checker's one-promotion model does not
 	// take (writes the interim primary acknowledged would count as a
 	// deposed primary's).
-	s.step(t, "SupervisedRoll", func(t *testing.T) {
+	table = append(table, step{name: "SupervisedRoll", run: func(t *testing.T) {
 		fullMatrix(t, "TestOperate/UpgradeFleet (a roll of every Database, with the checker), TestRealNode/MinorRoll")
 		s.supervisedRoll(t, d, ns, db, writerName, `{"spec":{"version":"15.1","primary":null}}`, cluster.PostgresMinor)
-	})
+	}})
+	s.steps(t, table)
 }
 
 // writtenDatabase creates a large Database with synchronous replication in
@@ -213,7 +213,7 @@ func (s *suite) switchTo(t *testing.T, d database, db string) (from, to string) 
 	s.waitSynced(t, d, u.GetGeneration())
 	eventually(t, 4*time.Minute, "switchover from "+from+" to "+to, func() (bool, string) {
 		u := d.get(t)
-		c := getCondition(u, "Failover")
+		c := kube.GetCondition(u, "Failover")
 		return str(u, "status", "primary") == to, fmt.Sprintf("primary %s; Failover %s %s: %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.jobsState(d.ns))
 	})
 	return from, to
@@ -254,37 +254,37 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 				break
 			}
 		}
-		sp, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
+		sp, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		thawStandby := holdFrozen(t, standby, string(sp.UID))
 		defer thawStandby()
 		eventually(t, 4*time.Minute, "the failover held for the silent standby "+standby, func() (bool, string) {
-			c := getCondition(d.get(t), "Failover")
+			c := kube.GetCondition(d.get(t), "Failover")
 			return c.Reason == "Held", fmt.Sprintf("Failover %s %s: %s; primary %s", c.Status, c.Reason, c.Message, str(d.get(t), "status", "primary"))
 		})
 		if p := str(d.get(t), "status", "primary"); p != from {
 			t.Fatalf("promoted %s with the standby %s silent under sync", p, standby)
 		}
-		t.Logf("held %s after the loss with %s silent: %s", time.Since(lost).Round(time.Second), standby, getCondition(d.get(t), "Failover").Message)
+		t.Logf("held %s after the loss with %s silent: %s", time.Since(lost).Round(time.Second), standby, kube.GetCondition(d.get(t), "Failover").Message)
 		thawStandby()
 	case "freeze-core-down":
 		eventually(t, 2*time.Minute, "the failover Job composed", func() (bool, string) {
-			j, err := s.k.cs.BatchV1().Jobs(ns).Get(ctx, db+"-failover", metav1.GetOptions{})
+			j, err := s.k.CS.BatchV1().Jobs(ns).Get(ctx, db+"-failover", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
 			c := j.Annotations["database.example.com/failover-count"]
 			return c == strconv.FormatInt(count, 10), "a Job with count " + c
 		})
-		s.xp.core.Stop(15 * time.Second)
+		s.xp.Core.Stop(15 * time.Second)
 		t.Log("Crossplane core stopped")
 		time.Sleep(45 * time.Second)
 		if p := str(d.get(t), "status", "primary"); p != from {
 			t.Errorf("status.primary moved to %s while Crossplane was down", p)
 		}
-		if err := s.xp.core.Start(); err != nil {
+		if err := s.xp.Core.Start(); err != nil {
 			t.Fatalf("restart Crossplane core: %v", err)
 		}
 		t.Log("Crossplane core started again")
@@ -324,7 +324,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		// The fence: the kubelet killed the hung postgres (its liveness
 		// probe) before the promotion, so nothing the old primary had open
 		// acknowledges a write when it resumes.
-		if p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{}); err != nil {
+		if p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{}); err != nil {
 			t.Errorf("%s: %v", from, err)
 		} else if n := postgresRestarts(p); n <= restarts {
 			t.Errorf("the kubelet did not restart %s's hung postgres before the promotion (restarts %d, %d before the freeze): the fence did not hold", from, n, restarts)
@@ -392,7 +392,7 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// the kubelet stops postgres (fast shutdown) and the StatefulSet
 		// controller creates the pod again, same name, same volume: it
 		// rejoins as a standby.
-		if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+		if err := s.k.CS.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete %s: %v", from, err)
 		}
 		t.Logf("deleted the primary's pod %s", from)
@@ -400,7 +400,7 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// The primary cut off from the API server alone (its peers and
 		// clients still answer) for longer than the isolation fence takes:
 		// its fence must not fire, nothing must fail over, writes go on.
-		svc, err := s.k.cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		svc, err := s.k.CS.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,14 +420,14 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// would lose what the live primary acknowledged since the edit.
 		standby := (int(from[len(from)-1]-'0') + 1) % 3
 		patch := fmt.Sprintf(`{"data":{"primary":"%d"}}`, standby)
-		if _, err := s.k.cs.CoreV1().ConfigMaps(ns).Patch(ctx, db+"-scripts", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		if _, err := s.k.CS.CoreV1().ConfigMaps(ns).Patch(ctx, db+"-scripts", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("edited key primary of %s-scripts to %d (%s-%d, a standby)", db, standby, db, standby)
 		eventually(t, 6*time.Minute, "the failover Job found "+from+" the primary again", func() (bool, string) {
 			u := d.get(t)
 			why := str(u, "status", "failover", "last", "reason")
-			c := getCondition(u, "Failover")
+			c := kube.GetCondition(u, "Failover")
 			return str(u, "status", "primary") == from && why == "PrimaryFound", fmt.Sprintf("primary %s, last reason %s; Failover %s %s: %s; %s; jobs: %s", str(u, "status", "primary"), why, c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
 		})
 		t.Logf("found %s again %s after the edit", from, time.Since(fault).Round(time.Second))
@@ -442,20 +442,20 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// (probe.sh named_standby), and the Job started for it finds the
 		// primary on a newer timeline than any recorded (none is) and
 		// reports it: no promotion. Either way nothing acknowledged is lost.
-		cl, err := s.k.client(d.gvk, ns)
+		cl, err := s.k.Resource(d.gvk, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := cl.Patch(ctx, db, types.MergePatchType, []byte(`{"status":{"primary":null,"failover":null}}`), metav1.PatchOptions{}, "status"); err != nil {
 			t.Fatalf("delete the XR's status records: %v", err)
 		}
-		if err := s.k.cs.CoreV1().ConfigMaps(ns).Delete(ctx, db+"-scripts", metav1.DeleteOptions{}); err != nil {
+		if err := s.k.CS.CoreV1().ConfigMaps(ns).Delete(ctx, db+"-scripts", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("deleted %s's status.primary and status.failover, and ConfigMap %s-scripts (the primary is %s)", db, db, from)
 		eventually(t, 6*time.Minute, from+" the recorded primary again", func() (bool, string) {
 			u := d.get(t)
-			c := getCondition(u, "Failover")
+			c := kube.GetCondition(u, "Failover")
 			return str(u, "status", "primary") == from, fmt.Sprintf("primary %s; Failover %s %s: %s; %s; jobs: %s", str(u, "status", "primary"), c.Status, c.Reason, c.Message, s.podsState(ns, db), s.jobsState(ns))
 		})
 		t.Logf("%s recorded the primary again %s after the records were deleted", from, time.Since(fault).Round(time.Second))
@@ -465,7 +465,7 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 			t.Fatal(err)
 		}
 		for _, p := range pods {
-			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			if err := s.k.CS.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatalf("delete %s: %v", p.Name, err)
 			}
 		}
@@ -547,7 +547,7 @@ func (s *suite) freshStandbys(t *testing.T, d database, ns, db string) {
 		if p.Name == primary || postgresRestarts(p) == 0 {
 			continue
 		}
-		if err := s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+		if err := s.k.CS.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("delete %s: %v", p.Name, err)
 		}
 		deleted = append(deleted, fmt.Sprintf("%s (%d restarts)", p.Name, postgresRestarts(p)))
@@ -587,7 +587,7 @@ func (s *suite) primaryUnderTest(t *testing.T, d database, ns, durability string
 	s.freshStandbys(t, d, ns, d.name)
 	from = str(d.get(t), "status", "primary")
 	count, _, _ = unstructured.NestedInt64(d.get(t).Object, "status", "failover", "count")
-	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), from, metav1.GetOptions{})
+	pod, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), from, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,7 +689,8 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 	// The writes, read before the surviving rows: every write the log
 	// says was acknowledged committed before the rows are read.
 	attempts := append(writer.Parse(s.podLog(ns, writerName, "writer")), c.extra...)
-	attempts = slices.DeleteFunc(attempts, func(a checker.Attempt) bool { return knownLost[a.ID] })
+	known := s.knownLost(ns, writerName)
+	attempts = slices.DeleteFunc(attempts, func(a checker.Attempt) bool { return known[a.ID] })
 	out, err := s.appSQL(ns, c.to, checker.SurvivingSQL)
 	if err != nil {
 		t.Fatalf("the surviving writes on %s: %v", c.to, err)
@@ -708,9 +709,7 @@ func (s *suite) checkAfterFailover(t *testing.T, d database, ns, db, writerName 
 	t.Logf("%s → %s (%s): %d writes checked (%d acknowledged, %d failed, %d indeterminate of which %d committed); promoted %s after the fault; first write acknowledged on a newer timeline %s after it; RTO %s against the goal of %s (logged, not asserted)",
 		c.from, c.to, primary, r.Attempts, r.Acknowledged, r.Failed, r.Indeterminate, r.IndeterminateCommitted,
 		c.promoted.Sub(c.fault).Round(100*time.Millisecond), duration(r.RTO.NewTimeline), duration(r.RTO.Outage), rtoGoal)
-	for _, id := range r.Lost {
-		knownLost[id] = true // an asynchronous loss is not counted again
-	}
+	s.addKnownLost(ns, writerName, r.Lost) // an asynchronous loss is not counted again
 	if len(r.FailedPresent) > 0 {
 		// Not a violation: psql said the write failed and it committed,
 		// so writer.Outcome took an error for definite that was not.
@@ -812,7 +811,7 @@ const (
 // the new primary, in its current log or, restarted since, its previous one.
 func (s *suite) rejoinedBy(ns, pod string) string {
 	for _, previous := range []bool{false, true} {
-		b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+		b, err := s.k.CS.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
 		if err != nil {
 			continue
 		}
@@ -836,7 +835,7 @@ func (s *suite) rejoinedBy(ns, pod string) string {
 func (s *suite) rejoinLog(ns, pod string) string {
 	var b strings.Builder
 	for _, previous := range []bool{true, false} {
-		raw, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+		raw, err := s.k.CS.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
 		fmt.Fprintf(&b, "--- %s log (previous: %v)", pod, previous)
 		if err != nil {
 			fmt.Fprintf(&b, ": %v\n", err)
@@ -861,9 +860,32 @@ func (s *suite) rejoinLog(ns, pod string) string {
 	return b.String()
 }
 
-// knownLost are acknowledged writes an asynchronous failover lost: later
-// scenarios do not check them again.
-var knownLost = map[int64]bool{}
+// knownLost are the acknowledged writes of writer ns/name that an
+// asynchronous failover lost: later checks of its log do not count them
+// again.
+func (s *suite) knownLost(ns, name string) map[int64]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.lost[ns+"/"+name])
+}
+
+func (s *suite) addKnownLost(ns, name string, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost == nil {
+		s.lost = map[string]map[int64]bool{}
+	}
+	k := ns + "/" + name
+	if s.lost[k] == nil {
+		s.lost[k] = map[int64]bool{}
+	}
+	for _, id := range ids {
+		s.lost[k][id] = true
+	}
+}
 
 // writerPod runs the checker's client (e2e/internal/writer): a shell loop
 // in the PostgreSQL image inserting one uniquely numbered row every 200 ms
@@ -872,7 +894,7 @@ var knownLost = map[int64]bool{}
 // error). A pod, so that the writes cross the real network and Service.
 func (s *suite) writerPod(t *testing.T, ns, name, db string) {
 	t.Helper()
-	if _, err := s.k.cs.CoreV1().Pods(ns).Create(context.Background(), s.writerPodSpec(ns, name, db), metav1.CreateOptions{}); err != nil {
+	if _, err := s.k.CS.CoreV1().Pods(ns).Create(context.Background(), s.writerPodSpec(ns, name, db), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create writer pod: %v", err)
 	}
 }
@@ -953,14 +975,14 @@ func (s *suite) holdTransaction(t *testing.T, ns, db, primary string) *heldTxn {
 		secretEnv("PGDATABASE", secret, "dbname"),
 	})
 	ctx := context.Background()
-	if _, err := s.k.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	if _, err := s.k.CS.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the session's pod: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		_ = s.k.CS.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	})
 	eventually(t, 2*time.Minute, "the session's pod Running", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -1166,7 +1188,7 @@ func (s *suite) cutOff(t *testing.T, name, uid, dest string) (heal func()) {
 func (s *suite) partitionPod(t *testing.T, ns, name, uid, except string) (heal func()) {
 	t.Helper()
 	ctx := context.Background()
-	ex, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, except, metav1.GetOptions{})
+	ex, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, except, metav1.GetOptions{})
 	if err != nil || ex.Status.PodIP == "" {
 		t.Fatalf("the pod %s let through: %v (IP %q)", except, err, ex.Status.PodIP)
 	}

@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -76,11 +77,11 @@ func TestFleet(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
 		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.1.0.0/16"}},
 	}
-	if _, err := s.k.cs.NetworkingV1().ServiceCIDRs().Create(ctx, extra, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := s.k.CS.NetworkingV1().ServiceCIDRs().Create(ctx, extra, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("ServiceCIDR for the fleet: %v", err)
 	}
 	eventually(t, time.Minute, "ServiceCIDR fleet Ready", func() (bool, string) {
-		c, err := s.k.cs.NetworkingV1().ServiceCIDRs().Get(ctx, "fleet", metav1.GetOptions{})
+		c, err := s.k.CS.NetworkingV1().ServiceCIDRs().Get(ctx, "fleet", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -114,12 +115,12 @@ func TestFleet(t *testing.T) {
 	// for four times the reconciles at rest and a log line per event. The
 	// function keeps its --debug: one line per request, which the
 	// restarts below read.
-	suiteArgs := s.xp.core.Args
-	s.xp.core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
+	suiteArgs := s.xp.Core.Args
+	s.xp.Core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
 		return a == "--debug" || strings.HasPrefix(a, "--poll-interval=")
 	})
-	t.Cleanup(func() { s.xp.core.Args = suiteArgs })
-	if err := s.xp.restartCore(); err != nil {
+	t.Cleanup(func() { s.xp.Core.Args = suiteArgs })
+	if err := s.xp.RestartCore(); err != nil {
 		t.Fatal(err)
 	}
 	procs := s.controlPlane()
@@ -135,7 +136,7 @@ func TestFleet(t *testing.T) {
 				for d := range work {
 					u := newDatabase(t, d.name, spec)
 					u.SetNamespace(d.ns)
-					if _, err := s.k.create(ctx, u); err != nil {
+					if _, err := s.k.Create(ctx, u); err != nil {
 						t.Errorf("create %s: %v", d, err)
 					}
 				}
@@ -188,13 +189,13 @@ func TestFleet(t *testing.T) {
 		do   func() error
 	}{
 		{"RestartFunction", func() error {
-			s.xp.fn.Stop(15 * time.Second)
-			return s.xp.fn.Start()
+			s.xp.Fn.Stop(15 * time.Second)
+			return s.xp.Fn.Start()
 		}},
-		{"RestartCore", s.xp.restartCore},
+		{"RestartCore", s.xp.RestartCore},
 	} {
 		s.step(t, restart.name, func(t *testing.T) {
-			from := proc.FileSize(s.xp.fn.Log)
+			from := proc.FileSize(s.xp.Fn.Log)
 			t1 := time.Now()
 			if err := restart.do(); err != nil {
 				t.Fatal(err)
@@ -202,7 +203,7 @@ func TestFleet(t *testing.T) {
 			// Every Database composed again by the restarted process (or
 			// through it), judged by the function's own log.
 			eventually(t, readyWithin, fmt.Sprintf("every Database composed after %s", restart.name), func() (bool, string) {
-				seen := composedSince(s.xp.fn.Log, from)
+				seen := composedSince(s.xp.Fn.Log, from)
 				missing := 0
 				for _, d := range names {
 					if !seen[d.ns+"/"+d.name] {
@@ -239,7 +240,7 @@ const fleetNamespaces = 10
 // Crossplane's and the function's, by name.
 func (s *suite) controlPlane() map[string]*proc.Proc {
 	out := map[string]*proc.Proc{}
-	for _, p := range slices.Concat(s.cl.Procs(), s.xp.procs()) {
+	for _, p := range slices.Concat(s.cl.Procs(), s.xp.Procs()) {
 		out[p.Name] = p
 	}
 	return out
@@ -250,7 +251,7 @@ func (s *suite) controlPlane() map[string]*proc.Proc {
 // timestamps).
 func (s *suite) fleetReady(t *testing.T, names []database) map[database]time.Duration {
 	t.Helper()
-	c, err := s.k.client(names[0].gvk, "")
+	c, err := s.k.Resource(names[0].gvk, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func (s *suite) fleetReady(t *testing.T, names []database) map[database]time.Dur
 		if !want[d] {
 			continue
 		}
-		if c := getCondition(u, "Ready"); c.Status == "True" {
+		if c := kube.GetCondition(u, "Ready"); c.Status == "True" {
 			out[d] = c.LastTransitionTime.Sub(u.GetCreationTimestamp().Time)
 		}
 	}
@@ -286,14 +287,14 @@ func (s *suite) fleetState(t *testing.T, names []database) map[database]string {
 	sets := map[string]string{}
 	for ns := range fleetNamespaces {
 		name := fmt.Sprintf("fleet-%d", ns)
-		sl, err := s.k.cs.CoreV1().Secrets(name).List(ctx, metav1.ListOptions{})
+		sl, err := s.k.CS.CoreV1().Secrets(name).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range sl.Items {
 			secrets[name+"/"+sl.Items[i].Name] = &sl.Items[i]
 		}
-		stl, err := s.k.cs.AppsV1().StatefulSets(name).List(ctx, metav1.ListOptions{})
+		stl, err := s.k.CS.AppsV1().StatefulSets(name).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 var (
@@ -43,23 +45,23 @@ const runtimeExample = "example/function-runtime.yaml"
 func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 	t.Helper()
 	ctx := context.Background()
-	nsBefore, err := s.k.cs.CoreV1().Namespaces().Get(ctx, xpNamespace, metav1.GetOptions{})
+	nsBefore, err := s.k.CS.CoreV1().Namespaces().Get(ctx, crossplane.Namespace, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	selectorBefore := nsBefore.Annotations["scheduler.alpha.kubernetes.io/node-selector"]
 	setSelector := func(sel string) error {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"scheduler.alpha.kubernetes.io/node-selector":%q}}}`, sel)
-		_, err := s.k.cs.CoreV1().Namespaces().Patch(ctx, xpNamespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err := s.k.CS.CoreV1().Namespaces().Patch(ctx, crossplane.Namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
 	useConfig := func(name string) error {
-		c, err := s.k.client(functionGVK, "")
+		c, err := s.k.Resource(functionGVK, "")
 		if err != nil {
 			return err
 		}
 		patch := fmt.Sprintf(`{"spec":{"runtimeConfigRef":{"apiVersion":"pkg.crossplane.io/v1beta1","kind":"DeploymentRuntimeConfig","name":%q}}}`, name)
-		_, err = c.Patch(ctx, s.xp.fnName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err = c.Patch(ctx, s.xp.FnName, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
 	}
 
@@ -73,18 +75,18 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 		}
 	}
 	if err := setSelector(poolLabel + "=true"); err != nil {
-		t.Fatalf("namespace %s to the pool: %v", xpNamespace, err)
+		t.Fatalf("namespace %s to the pool: %v", crossplane.Namespace, err)
 	}
 	// The example, held to the two nodes named besides.
 	rc := &unstructured.Unstructured{}
-	if err := readYAML(filepath.Join(s.root, runtimeExample), &rc.Object); err != nil {
+	if err := kube.ReadYAML(filepath.Join(s.root, runtimeExample), &rc.Object); err != nil {
 		t.Fatal(err)
 	}
 	twoReplicasConfig := rc.GetName()
 	tmpl := []string{"spec", "deploymentTemplate", "spec", "template", "spec"}
 	anti, _, _ := unstructured.NestedSlice(rc.Object, append(tmpl, "affinity", "podAntiAffinity", "requiredDuringSchedulingIgnoredDuringExecution")...)
-	if len(anti) != 1 || !strings.Contains(fmt.Sprint(anti[0]), "pkg.crossplane.io/function:"+s.xp.fnName) {
-		t.Fatalf("%s: its anti-affinity does not select the Function %s's pods: %v", runtimeExample, s.xp.fnName, anti)
+	if len(anti) != 1 || !strings.Contains(fmt.Sprint(anti[0]), "pkg.crossplane.io/function:"+s.xp.FnName) {
+		t.Fatalf("%s: its anti-affinity does not select the Function %s's pods: %v", runtimeExample, s.xp.FnName, anti)
 	}
 	if err := unstructured.SetNestedField(rc.Object, map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
 		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
@@ -93,18 +95,18 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 	}}, append(tmpl, "affinity", "nodeAffinity")...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.k.apply(ctx, rc); err != nil {
+	if _, err := s.k.Apply(ctx, rc); err != nil {
 		t.Fatalf("DeploymentRuntimeConfig %s: %v", twoReplicasConfig, err)
 	}
 	if err := useConfig(twoReplicasConfig); err != nil {
-		t.Fatalf("Function %s with %s: %v", s.xp.fnName, twoReplicasConfig, err)
+		t.Fatalf("Function %s with %s: %v", s.xp.FnName, twoReplicasConfig, err)
 	}
 	t.Cleanup(func() {
 		if err := useConfig("default"); err != nil {
-			t.Errorf("Function %s back to the default runtime: %v", s.xp.fnName, err)
+			t.Errorf("Function %s back to the default runtime: %v", s.xp.FnName, err)
 		}
 		if err := setSelector(selectorBefore); err != nil {
-			t.Errorf("namespace %s back to %q: %v", xpNamespace, selectorBefore, err)
+			t.Errorf("namespace %s back to %q: %v", crossplane.Namespace, selectorBefore, err)
 		}
 		// Crossplane keeps what the config set in the Deployment's pod
 		// template (the affinity, the tolerations) when the Function moves
@@ -112,20 +114,20 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 		// default config, the Deployment is deleted, and core makes it
 		// again from that config.
 		eventually(t, time.Minute, "the FunctionRevision on the default runtime config", func() (bool, string) {
-			rev, err := s.xp.revision(ctx)
+			rev, err := s.xp.Revision(ctx)
 			if err != nil {
 				return false, err.Error()
 			}
 			name, _, _ := unstructured.NestedString(rev.Object, "spec", "runtimeConfigRef", "name")
 			return name == "default", "runtimeConfigRef " + name
 		})
-		ds, err := s.k.cs.AppsV1().Deployments(xpNamespace).List(ctx, metav1.ListOptions{})
+		ds, err := s.k.CS.AppsV1().Deployments(crossplane.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Errorf("the function's Deployment: %v", err)
 		}
 		for _, dep := range ds.Items {
-			if strings.HasPrefix(dep.Name, s.xp.fnName+"-") {
-				if err := s.k.cs.AppsV1().Deployments(xpNamespace).Delete(ctx, dep.Name, metav1.DeleteOptions{}); err != nil {
+			if strings.HasPrefix(dep.Name, s.xp.FnName+"-") {
+				if err := s.k.CS.AppsV1().Deployments(crossplane.Namespace).Delete(ctx, dep.Name, metav1.DeleteOptions{}); err != nil {
 					t.Errorf("delete the function's Deployment %s: %v", dep.Name, err)
 				}
 			}
@@ -134,7 +136,7 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 			pods, state := s.functionPods(ctx)
 			return len(pods) == 1 && pods[0].Spec.NodeName == cluster.RealNodeName && podReady(&pods[0]), state
 		}, func() string { pods, _ := s.functionPods(ctx); return s.functionReach(ctx, pods) })
-		c, err := s.k.client(runtimeConfigGVK, "")
+		c, err := s.k.Resource(runtimeConfigGVK, "")
 		if err == nil {
 			err = c.Delete(ctx, twoReplicasConfig, metav1.DeleteOptions{})
 		}
@@ -160,7 +162,7 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string) {
 // functionPods are the pods of the function's Deployment, with a line
 // saying where each runs and how it is.
 func (s *suite) functionPods(ctx context.Context) ([]corev1.Pod, string) {
-	pods, err := s.k.cs.CoreV1().Pods(xpNamespace).List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/function=" + s.xp.fnName})
+	pods, err := s.k.CS.CoreV1().Pods(crossplane.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/function=" + s.xp.FnName})
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -208,7 +210,7 @@ func runFunctionCalls(p *corev1.Pod) (int, error) {
 // no call and nothing said why).
 func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
 	var out []string
-	if rev, err := s.xp.revision(ctx); err != nil {
+	if rev, err := s.xp.Revision(ctx); err != nil {
 		out = append(out, "revision: "+err.Error())
 	} else {
 		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
@@ -226,8 +228,8 @@ func (s *suite) functionReach(ctx context.Context, pods []corev1.Pod) string {
 		out = append(out, fmt.Sprintf("dial %s %s:9443: %v", pods[i].Name, pods[i].Status.PodIP, err))
 	}
 	var lines []string
-	for l := range strings.SplitSeq(s.xp.core.Tail(400), "\n") {
-		if strings.Contains(l, s.xp.fnName) || strings.Contains(l, "RunFunction") || strings.Contains(l, "DeadlineExceeded") {
+	for l := range strings.SplitSeq(s.xp.Core.Tail(400), "\n") {
+		if strings.Contains(l, s.xp.FnName) || strings.Contains(l, "RunFunction") || strings.Contains(l, "DeadlineExceeded") {
 			lines = append(lines, l)
 		}
 	}
@@ -267,7 +269,7 @@ func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName st
 	eventuallyExplained(t, 3*time.Minute, "both replicas called by Crossplane", func() (bool, string) {
 		u := d.get(t)
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"e2e.function-database/touch": time.Now().Format(time.RFC3339Nano)}}})
-		c, err := s.k.clientFor(u)
+		c, err := s.k.ResourceFor(u)
 		if err != nil {
 			return false, err.Error()
 		}

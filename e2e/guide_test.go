@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +102,7 @@ func (s *suite) testPlatformGuide(t *testing.T) {
 		},
 		"kubectl delete -f example/app.yaml": func(t *testing.T, _ string) {
 			gone("Deployment shop/orders-app", func() error {
-				_, err := s.k.cs.AppsV1().Deployments("shop").Get(context.Background(), "orders-app", metav1.GetOptions{})
+				_, err := s.k.CS.AppsV1().Deployments("shop").Get(context.Background(), "orders-app", metav1.GetOptions{})
 				return err
 			})
 		},
@@ -115,30 +116,30 @@ func (s *suite) testPlatformGuide(t *testing.T) {
 		// The claim's Secret goes with the claim.
 		"kubectl -n warehouse delete databases.legacy.example.com inventory": func(t *testing.T, _ string) {
 			gone("Secret warehouse/inventory-connection", func() error {
-				_, err := s.k.cs.CoreV1().Secrets("warehouse").Get(context.Background(), "inventory-connection", metav1.GetOptions{})
+				_, err := s.k.CS.CoreV1().Secrets("warehouse").Get(context.Background(), "inventory-connection", metav1.GetOptions{})
 				return err
 			})
 		},
 	}
 	t.Cleanup(func() {
 		// Volumes the guide leaves on purpose; later tests need none.
-		_ = s.k.cs.CoreV1().PersistentVolumeClaims("shop").DeleteCollection(context.Background(), metav1.DeleteOptions{},
+		_ = s.k.CS.CoreV1().PersistentVolumeClaims("shop").DeleteCollection(context.Background(), metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=orders"})
 	})
 
 	// A user's cluster has no claim yet. LegacyClaim's claim has the
 	// guide's name: left in place, the guide's wait for Ready would pass on
 	// what that scenario composed, not on what the guide's commands do.
-	claim, err := readObject(s.example("legacy", "claim.yaml"))
+	claim, err := kube.ReadObject(s.example("legacy", "claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	absent := func(err error) bool { return apierrors.IsNotFound(err) || meta.IsNoMatchError(err) } // no such claim, or no legacy XRD yet
-	if err := s.k.delete(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName()); err != nil && !absent(err) {
+	if err := s.k.Delete(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName()); err != nil && !absent(err) {
 		t.Fatalf("deleting an earlier claim %s/%s: %v", claim.GetNamespace(), claim.GetName(), err)
 	}
 	gone("an earlier claim "+claim.GetNamespace()+"/"+claim.GetName(), func() error {
-		_, err := s.k.get(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName())
+		_, err := s.k.Get(context.Background(), claim.GroupVersionKind(), claim.GetNamespace(), claim.GetName())
 		if absent(err) {
 			return apierrors.NewNotFound(schema.GroupResource{}, claim.GetName())
 		}

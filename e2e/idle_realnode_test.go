@@ -67,7 +67,7 @@ func TestIdleCost(t *testing.T) {
 	for _, d := range ds {
 		s.waitRealReady(t, d)
 	}
-	pods, err := s.k.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -109,7 +111,7 @@ func (s *suite) readmeInstall(ctx context.Context) error {
 	var serveErr error
 	served := make(chan struct{})
 	go func() {
-		if serveErr = s.xp.servePackages(sctx); serveErr != nil {
+		if serveErr = s.xp.ServePackages(sctx); serveErr != nil {
 			stop()
 		}
 		close(served)
@@ -161,26 +163,26 @@ func (s *suite) installVerbatim(t *testing.T) {
 		t.Logf("block %d (%d lines) ran in %s", i+1, strings.Count(b, "\n"), s.installed[i].took.Round(time.Millisecond))
 	}
 	ctx := context.Background()
-	c, err := s.k.get(ctx, gvkConfiguration, "", cfgName)
+	c, err := s.k.Get(ctx, crossplane.GVKConfiguration, "", crossplane.ConfigurationName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pkg := str(c, "spec", "package")
 	if !strings.Contains(strings.Join(blocks, ""), "{package: "+pkg+"}") {
-		t.Errorf("Configuration %s installs %q, which no README Install block applies", cfgName, pkg)
+		t.Errorf("Configuration %s installs %q, which no README Install block applies", crossplane.ConfigurationName, pkg)
 	}
-	f, err := s.k.get(ctx, gvkFunction, "", s.xp.fnName)
+	f, err := s.k.Get(ctx, crossplane.GVKFunction, "", s.xp.FnName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []*unstructured.Unstructured{c, f} {
 		for _, typ := range []string{"Installed", "Healthy"} {
-			if got := getCondition(u, typ); got.Status != "True" {
+			if got := kube.GetCondition(u, typ); got.Status != "True" {
 				t.Errorf("%s %s: %s is %s (%s)", u.GetKind(), u.GetName(), typ, got.Status, got.Message)
 			}
 		}
 	}
-	t.Logf("Configuration %s (%s) and Function %s Installed and Healthy", cfgName, pkg, s.xp.fnName)
+	t.Logf("Configuration %s (%s) and Function %s Installed and Healthy", crossplane.ConfigurationName, pkg, s.xp.FnName)
 }
 
 // runIsolated runs script with bash -e in a mount namespace whose

@@ -30,7 +30,7 @@ import (
 // cores.
 //
 // A step that disturbs what every group relies on (Crossplane core stopped:
-// TestFailover/CrossplaneDown) runs alone: stepAlone waits until the steps
+// TestFailover/CrossplaneDown) runs alone (a step marked alone): it waits until the steps
 // of the other groups under way have ended, and holds theirs back until it
 // ends (stepLock).
 
@@ -40,12 +40,12 @@ import (
 // one, so a second group on a node waits for the first.
 //
 // Only with E2E_PARALLEL=1 (see above) do the groups run beside each other.
-func concurrent(t *testing.T, node string) {
+func (s *suite) concurrent(t *testing.T, node string) {
 	t.Helper()
 	if os.Getenv("E2E_PARALLEL") == "1" {
 		t.Parallel()
 	}
-	v, _ := nodeGroups.LoadOrStore(node, &sync.Mutex{})
+	v, _ := s.nodeGroups.LoadOrStore(node, &sync.Mutex{})
 	mu := v.(*sync.Mutex)
 	t0 := time.Now()
 	mu.Lock()
@@ -55,18 +55,10 @@ func concurrent(t *testing.T, node string) {
 	}
 }
 
-// nodeGroups holds a mutex per node: the group running there holds it.
-var nodeGroups sync.Map
-
 const (
 	laneLabel       = "e2e.function-database/lane"
 	laneNodeName    = "lane-node-1"
 	laneComposition = "database-lane"
-)
-
-var (
-	laneOnce sync.Once
-	laneErr  error
 )
 
 // laneNode starts the lane's node once for the suite (labelled laneLabel,
@@ -77,7 +69,7 @@ var (
 func (s *suite) laneNode(t *testing.T) {
 	t.Helper()
 	s.realNode(t)
-	laneOnce.Do(func() {
+	if err := s.laneStarted.do(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		n, err := cluster.StartExtraNode(ctx, s.node, cluster.ExtraNode{
@@ -87,19 +79,16 @@ func (s *suite) laneNode(t *testing.T) {
 		s.lanes = append(s.lanes, n)
 		s.mu.Unlock()
 		if err != nil {
-			laneErr = fmt.Errorf("lane node: %w", err)
-			return
+			return fmt.Errorf("lane node: %w", err)
 		}
 		if err := s.ensurePoolClass(ctx); err != nil {
-			laneErr = err
-			return
+			return err
 		}
-		laneErr = s.applyComposition(ctx, laneComposition, func(input map[string]any) {
+		return s.applyComposition(ctx, laneComposition, func(input map[string]any) {
 			input["storageClassName"] = poolClass
 		})
-	})
-	if laneErr != nil {
-		t.Fatal(laneErr)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -119,11 +108,6 @@ func (s *suite) stopLanes() {
 			n.Stop()
 		}
 	}
-}
-
-// stepAlone is step for a step no other group's step may run beside.
-func (s *suite) stepAlone(t *testing.T, name string, f func(t *testing.T)) bool {
-	return s.runStep(t, name, true, f)
 }
 
 // lockStep takes stepLock for step name of a top-level test (a step inside

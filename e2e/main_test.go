@@ -25,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/registry"
 )
@@ -34,9 +36,9 @@ type suite struct {
 	root string // the repository
 	dir  string // temporary folder: logs, PKI, etcd data, certificates
 	cl   *cluster.Cluster
-	xp   *crossplane
+	xp   *crossplane.Stack
 	reg  *registry.Registry // the packages' registry
-	k    *kube
+	k    *kube.Client
 	node *cluster.Node // the real node, started by the first real-node test
 	// pool are the real nodes TestNodes starts beside it, and stops
 	// (nodes_realnode_test.go); guarded by mu.
@@ -54,11 +56,36 @@ type suite struct {
 	// node's (lanes_realnode_test.go); guarded by mu.
 	lanes []*cluster.Node
 	// stepLock: the top-level tests' steps hold it shared, a step that must
-	// run alone (stepAlone) exclusively.
+	// run alone (step.alone) exclusively.
 	stepLock sync.RWMutex
 
 	stopOnce sync.Once
 	ending   atomic.Bool // the watchdog is tearing down (and exits)
+
+	// What the first test that needs it starts, once for the suite: the
+	// real node (with the function in its pod), the lane's node, the S3
+	// server.
+	nodeStarted, laneStarted, s3Started fixture
+	s3                                  *objectStore
+	// nodeGroups holds a mutex per real node: the group of tests running
+	// there holds it (concurrent).
+	nodeGroups sync.Map
+	promCount  atomic.Int32 // Prometheus servers started, for their folders
+	// lost are the acknowledged writes asynchronous failovers lost, by
+	// writer (namespace/name); guarded by mu.
+	lost map[string]map[int64]bool
+}
+
+// fixture is a part of the suite started once, by the first test that needs
+// it; every later test gets the same outcome.
+type fixture struct {
+	once sync.Once
+	err  error
+}
+
+func (f *fixture) do(start func() error) error {
+	f.once.Do(func() { f.err = start() })
+	return f.err
 }
 
 var env *suite
@@ -246,7 +273,7 @@ func (s *suite) setup(ctx context.Context) error {
 
 	s.cl, err = cluster.Start(ctx, cluster.Config{Dir: s.dir, Bin: bin, Logf: logf})
 	if err == nil {
-		s.k, err = newKube(s.cl.RESTConfig, s.cl.Client)
+		s.k, err = kube.New(s.cl.RESTConfig, s.cl.Client)
 	}
 	if err != nil {
 		<-fnErr
@@ -265,7 +292,7 @@ func (s *suite) setup(ctx context.Context) error {
 		return err
 	}
 	logf("packages pushed over HTTPS to the registry on %s (%s)", s.reg.Addr(), time.Since(t0).Round(time.Millisecond))
-	s.xp, err = startCrossplane(ctx, s.dir, s.cl, s.k, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.CAFile(), logf)
+	s.xp, err = crossplane.Start(ctx, s.dir, s.cl, s.k, filepath.Join(bin, "crossplane-core"), fnBin, s.reg.CAFile(), logf)
 	if err != nil {
 		return fmt.Errorf("crossplane: %w", err)
 	}
@@ -339,18 +366,18 @@ func (s *suite) example(parts ...string) string {
 // the example Database it applied.
 func (s *suite) install(ctx context.Context) error {
 	t0 := time.Now()
-	if err := s.xp.preparePackages(ctx, s.reg); err != nil {
+	if err := s.xp.PreparePackages(ctx, s.reg, pkgHost); err != nil {
 		return err
 	}
 	if err := s.readmeInstall(ctx); err != nil {
 		return err
 	}
-	logf("Configuration %s and Function %s installed by README's commands (%s)", cfgName, s.xp.fnName, time.Since(t0).Round(time.Millisecond))
+	logf("Configuration %s and Function %s installed by README's commands (%s)", crossplane.ConfigurationName, s.xp.FnName, time.Since(t0).Round(time.Millisecond))
 	// What README's apply of example/rbac.yaml must have granted.
 	if err := s.applyCoreRole(ctx); err != nil {
 		return err
 	}
-	xrd, err := readObject(s.example("xrd.yaml"))
+	xrd, err := kube.ReadObject(s.example("xrd.yaml"))
 	if err != nil {
 		return err
 	}
@@ -359,24 +386,24 @@ func (s *suite) install(ctx context.Context) error {
 	if err := s.waitXRDs(wctx, xrd.GetName()); err != nil {
 		return err
 	}
-	o, err := readObject(s.example("xr.yaml"))
+	o, err := kube.ReadObject(s.example("xr.yaml"))
 	if err != nil {
 		return err
 	}
-	if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
+	if err := s.k.WaitKind(wctx, o.GroupVersionKind()); err != nil {
 		return err
 	}
 	logf("XRD %s from the Configuration established (%s)", xrd.GetName(), time.Since(t0).Round(time.Millisecond))
 	// The section ends with a Database applied: it is there; the scenarios
 	// start without it.
-	if _, err := s.k.get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil {
+	if _, err := s.k.Get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil {
 		return fmt.Errorf("the Database README's install applies: %w", err)
 	}
-	if err := s.k.delete(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil && !apierrors.IsNotFound(err) {
+	if err := s.k.Delete(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName()); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	for {
-		_, err := s.k.get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName())
+		_, err := s.k.Get(wctx, o.GroupVersionKind(), o.GetNamespace(), o.GetName())
 		if apierrors.IsNotFound(err) {
 			break
 		}
@@ -398,7 +425,7 @@ func (s *suite) install(ctx context.Context) error {
 func (s *suite) removeClaims(ctx context.Context, ns, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	pvcs := s.k.cs.CoreV1().PersistentVolumeClaims(ns)
+	pvcs := s.k.CS.CoreV1().PersistentVolumeClaims(ns)
 	// The StatefulSet's claims: <template>-<name>-<ordinal>.
 	claims := func() ([]string, error) {
 		l, err := pvcs.List(ctx, metav1.ListOptions{})
@@ -416,7 +443,7 @@ func (s *suite) removeClaims(ctx context.Context, ns, name string) error {
 	deleted := false
 	for {
 		var left []string
-		_, err := s.k.cs.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		_, err := s.k.CS.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
 			left = []string{"StatefulSet " + name}
@@ -461,7 +488,7 @@ func (s *suite) useInstalledFunction(c *unstructured.Unstructured) error {
 		if !ok {
 			return fmt.Errorf("Composition %s: pipeline step %d is not an object", c.GetName(), i)
 		}
-		if err := unstructured.SetNestedField(step, s.xp.fnName, "functionRef", "name"); err != nil {
+		if err := unstructured.SetNestedField(step, s.xp.FnName, "functionRef", "name"); err != nil {
 			return err
 		}
 	}
@@ -471,7 +498,7 @@ func (s *suite) useInstalledFunction(c *unstructured.Unstructured) error {
 // coreRole reads example/rbac.yaml: the ClusterRole that lets core compose a
 // Database.
 func (s *suite) coreRole() (*unstructured.Unstructured, error) {
-	return readObject(s.example("rbac.yaml"))
+	return kube.ReadObject(s.example("rbac.yaml"))
 }
 
 // applyCoreRole applies the project's ClusterRole and waits until core may do
@@ -482,14 +509,14 @@ func (s *suite) applyCoreRole(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	as, err := ruleAccesses(role, "")
+	as, err := crossplane.RuleAccesses(role, "")
 	if err != nil {
 		return err
 	}
-	if _, err := s.k.apply(ctx, role); err != nil {
+	if _, err := s.k.Apply(ctx, role); err != nil {
 		return fmt.Errorf("apply ClusterRole %s: %w", role.GetName(), err)
 	}
-	return s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...)
+	return s.k.WaitAllowed(ctx, 60*time.Second, crossplane.Namespace, crossplane.CoreSA, true, as...)
 }
 
 // applyFiles applies every object of the files (Compositions calling the
@@ -501,12 +528,12 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
 	for _, f := range files {
-		objs, err := readObjects(f)
+		objs, err := kube.ReadObjects(f)
 		if err != nil {
 			return nil, err
 		}
 		for _, o := range objs {
-			if err := s.k.waitKind(wctx, o.GroupVersionKind()); err != nil {
+			if err := s.k.WaitKind(wctx, o.GroupVersionKind()); err != nil {
 				return nil, err
 			}
 			if o.GetKind() == "Composition" {
@@ -514,7 +541,7 @@ func (s *suite) applyFiles(ctx context.Context, files ...string) ([]string, erro
 					return nil, err
 				}
 			}
-			if _, err := s.k.apply(wctx, o); err != nil {
+			if _, err := s.k.Apply(wctx, o); err != nil {
 				return nil, fmt.Errorf("apply %s %s from %s: %w", o.GetKind(), o.GetName(), f, err)
 			}
 			if o.GetKind() == "CompositeResourceDefinition" {
@@ -534,15 +561,15 @@ func (s *suite) waitXRDs(ctx context.Context, names ...string) error {
 	for _, name := range names {
 		var last string
 		err := cluster.Retry(ctx, 90*time.Second, func() error {
-			x, err := s.k.get(ctx, gvkXRD, "", name)
+			x, err := s.k.Get(ctx, crossplane.GVKXRD, "", name)
 			if err != nil {
 				return err
 			}
-			last = conditionsString(x)
-			if getCondition(x, "Established").Status != "True" {
+			last = kube.ConditionsString(x)
+			if kube.GetCondition(x, "Established").Status != "True" {
 				return fmt.Errorf("XRD %s not Established: %s", name, last)
 			}
-			if claim, _, _ := unstructured.NestedString(x.Object, "spec", "claimNames", "kind"); claim != "" && getCondition(x, "Offered").Status != "True" {
+			if claim, _, _ := unstructured.NestedString(x.Object, "spec", "claimNames", "kind"); claim != "" && kube.GetCondition(x, "Offered").Status != "True" {
 				return fmt.Errorf("XRD %s not Offered: %s", name, last)
 			}
 			return nil
@@ -560,20 +587,20 @@ func (s *suite) waitXRDs(ctx context.Context, names ...string) error {
 // waitXRDRoles waits until core may manage the XRD's kinds: the RBAC
 // manager's ClusterRole for it, aggregated to core's.
 func (s *suite) waitXRDRoles(ctx context.Context, name string) error {
-	x, err := s.k.get(ctx, gvkXRD, "", name)
+	x, err := s.k.Get(ctx, crossplane.GVKXRD, "", name)
 	if err != nil {
 		return err
 	}
 	group, _, _ := unstructured.NestedString(x.Object, "spec", "group")
-	var as []access
+	var as []kube.Access
 	for _, names := range []string{"names", "claimNames"} {
 		if plural, _, _ := unstructured.NestedString(x.Object, "spec", names, "plural"); plural != "" {
-			as = append(as, access{Verb: "update", Group: group, Resource: plural})
+			as = append(as, kube.Access{Verb: "update", Group: group, Resource: plural})
 		}
 	}
-	if err := s.k.waitAllowed(ctx, 60*time.Second, coreSA, true, as...); err != nil {
+	if err := s.k.WaitAllowed(ctx, 60*time.Second, crossplane.Namespace, crossplane.CoreSA, true, as...); err != nil {
 		msg := fmt.Sprintf("XRD %s: the RBAC manager's roles never reached core: %v", name, err)
-		if p := s.xp.rbac; p != nil {
+		if p := s.xp.RBAC; p != nil {
 			if ended, perr := p.Exited(); ended {
 				msg += fmt.Sprintf("\nthe RBAC manager exited (%v):\n%s", perr, p.Tail(20))
 			}
@@ -589,7 +616,7 @@ func (s *suite) procs() []*proc.Proc {
 		ps = append(ps, s.cl.Procs()...)
 	}
 	if s.xp != nil {
-		ps = append(ps, s.xp.procs()...)
+		ps = append(ps, s.xp.Procs()...)
 	}
 	if s.node != nil {
 		ps = append(ps, s.node.Procs()...)
@@ -609,7 +636,7 @@ func (s *suite) procs() []*proc.Proc {
 func (s *suite) stop() {
 	s.stopOnce.Do(func() {
 		if s.xp != nil {
-			s.xp.stop()
+			s.xp.Stop()
 		}
 		s.reg.Stop()
 		s.stopPool()
@@ -647,7 +674,32 @@ func (s *suite) step(t *testing.T, name string, f func(t *testing.T)) bool {
 	return s.runStep(t, name, false, f)
 }
 
-// runStep is step, run alone (stepAlone) or beside other groups' steps.
+// step is one step of a test's table: a subtest run in order, with no state
+// but what the test hands it.
+type step struct {
+	name string
+	run  func(t *testing.T)
+	// needed: the steps after it build on it, so a failure ends the table.
+	needed bool
+	// alone: no other group's step may run beside it.
+	alone bool
+}
+
+// steps runs a table of steps in order; it reports whether every step that
+// ran passed.
+func (s *suite) steps(t *testing.T, table []step) bool {
+	all := true
+	for _, st := range table {
+		ok := s.runStep(t, st.name, st.alone, st.run)
+		all = all && ok
+		if !ok && st.needed {
+			return false
+		}
+	}
+	return all
+}
+
+// runStep is step, run alone (step.alone) or beside other groups' steps.
 func (s *suite) runStep(t *testing.T, name string, alone bool, f func(t *testing.T)) bool {
 	unlock := s.lockStep(t, name, alone)
 	defer unlock()
@@ -687,7 +739,7 @@ func (s *suite) runStep(t *testing.T, name string, alone bool, f func(t *testing
 
 func (s *suite) ensureNamespace(t *testing.T, ns string) {
 	t.Helper()
-	_, err := s.k.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := s.k.CS.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create namespace %s: %v", ns, err)
 	}
@@ -697,11 +749,11 @@ func (s *suite) ensureNamespace(t *testing.T, ns string) {
 // Database off (condition Responsive=False): a sign of a reconcile hot loop,
 // given the large bucket the suite gives it.
 func (s *suite) checkResponsive(t *testing.T) {
-	xr, err := readObject(s.example("xr.yaml"))
+	xr, err := kube.ReadObject(s.example("xr.yaml"))
 	if err != nil {
 		return
 	}
-	c, err := s.k.client(xr.GroupVersionKind(), "")
+	c, err := s.k.Resource(xr.GroupVersionKind(), "")
 	if err != nil {
 		return
 	}
@@ -710,7 +762,7 @@ func (s *suite) checkResponsive(t *testing.T) {
 		return
 	}
 	for i := range l.Items {
-		if cond := getCondition(&l.Items[i], "Responsive"); cond.Status == "False" {
+		if cond := kube.GetCondition(&l.Items[i], "Responsive"); cond.Status == "False" {
 			t.Errorf("%s %s/%s: Crossplane's circuit breaker is open: %s (%s)", xr.GetKind(), l.Items[i].GetNamespace(), l.Items[i].GetName(), cond.Message, cond.Reason)
 		}
 	}

@@ -20,12 +20,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/internal/promcrds"
 )
 
 var (
-	gvkPodMonitor     = gvk("monitoring.coreos.com/v1", "PodMonitor")
-	gvkPrometheusRule = gvk("monitoring.coreos.com/v1", "PrometheusRule")
+	gvkPodMonitor     = kube.GVK("monitoring.coreos.com/v1", "PodMonitor")
+	gvkPrometheusRule = kube.GVK("monitoring.coreos.com/v1", "PrometheusRule")
 )
 
 // observe is TestOperate's metrics and alerts (docs/metrics.md), on real
@@ -68,7 +69,7 @@ func (s *suite) observe(t *testing.T, ns string) {
 	}
 
 	// What Crossplane applied, as the Prometheus Operator would read it.
-	pm, err := s.k.get(ctx, gvkPodMonitor, ns, name)
+	pm, err := s.k.Get(ctx, gvkPodMonitor, ns, name)
 	if err != nil {
 		t.Fatalf("PodMonitor %s/%s: %v", ns, name, err)
 	}
@@ -169,15 +170,15 @@ func (s *suite) observe(t *testing.T, ns string) {
 		// network namespace the address is the Service's, before
 		// kube-proxy's DNAT; the primary's own address too, for a
 		// connection by its pod name.
-		pod, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, primary, metav1.GetOptions{})
+		pod, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, primary, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc, err := s.k.cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		svc, err := s.k.CS.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sb, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
+		sb, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, standby, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,18 +274,18 @@ func (s *suite) installMonitoringCRDs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, f := range files {
-		crd, err := readObject(f)
+		crd, err := kube.ReadObject(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.k.apply(ctx, crd); err != nil {
+		if _, err := s.k.Apply(ctx, crd); err != nil {
 			t.Fatalf("apply %s: %v", filepath.Base(f), err)
 		}
 	}
-	if err := s.k.waitKind(ctx, gvkPodMonitor); err != nil {
+	if err := s.k.WaitKind(ctx, gvkPodMonitor); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.k.waitKind(ctx, gvkPrometheusRule); err != nil {
+	if err := s.k.WaitKind(ctx, gvkPrometheusRule); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Prometheus Operator CRDs installed: %s", strings.Join(files, ", "))
@@ -297,7 +298,7 @@ func (s *suite) ruleFile(t *testing.T, ns, name string) string {
 	var pr *unstructured.Unstructured
 	eventually(t, time.Minute, "PrometheusRule "+ns+"/"+name, func() (bool, string) {
 		var err error
-		pr, err = s.k.get(context.Background(), gvkPrometheusRule, ns, name)
+		pr, err = s.k.Get(context.Background(), gvkPrometheusRule, ns, name)
 		return err == nil, errString(err)
 	})
 	groups, ok, err := unstructured.NestedSlice(pr.Object, "spec", "groups")

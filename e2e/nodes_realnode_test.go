@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/writer"
 	"github.com/example/function-database/internal/checker"
 )
@@ -103,7 +104,7 @@ func (s *suite) ensurePoolClass(ctx context.Context) error {
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimRetain),
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 	}
-	if _, err := s.k.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := s.k.CS.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("StorageClass %s: %w", poolClass, err)
 	}
 	return nil
@@ -189,77 +190,30 @@ func TestNodes(t *testing.T) {
 	s.startPool(t)
 	const ns, db, writerName = "nodes-real", "ledger", "writer"
 	s.poolNamespace(t, ns)
-	var d database
+	r := &nodesRun{ns: ns, db: db, writerName: writerName}
 	t.Cleanup(func() {
-		if d.name != "" {
-			s.removeDatabases(t, d)
+		if r.d.name != "" {
+			s.removeDatabases(t, r.d)
 		}
 	})
-	var where map[string]string // instance pod → node
-	ok := s.step(t, "Spread", func(t *testing.T) {
-		u := realDatabase(t, ns, db, "large", map[string]any{"durability": "sync", "backup.enabled": false})
-		if err := unstructured.SetNestedField(u.Object, poolComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
-			t.Fatal(err)
-		}
-		d = s.create(t, u)
-		u = s.waitRealReady(t, d)
-		t.Logf("Ready: %s", conditionsString(u))
-		where = s.placement(t, ns, db)
-		if len(where) != 3 {
-			t.Fatalf("want 3 instance pods: %v", where)
-		}
-		nodes, zones := map[string]bool{}, map[string]bool{}
-		var lines []string
-		for _, pod := range slices.Sorted(mapKeys(where)) {
-			name := where[pod]
-			nd, err := s.k.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			zone := nd.Labels[corev1.LabelTopologyZone]
-			if nd.Labels[poolLabel] != "true" {
-				t.Errorf("%s runs on %s, not a pool node", pod, name)
-			}
-			nodes[name], zones[zone] = true, true
-			// Its data volume is a folder of that node, with its affinity.
-			pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "data-"+pod, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pv, err := s.k.cs.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pv.Spec.HostPath == nil || !strings.HasPrefix(pv.Spec.HostPath.Path, s.cl.VolumesOf(name)+"/") {
-				t.Errorf("%s's volume %s is not a folder of %s: %+v", pod, pv.Name, name, pv.Spec.HostPath)
-			}
-			if na := pv.Spec.NodeAffinity; na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 ||
-				!slices.Equal(na.Required.NodeSelectorTerms[0].MatchExpressions[0].Values, []string{name}) {
-				t.Errorf("%s's volume %s is not bound to %s: %+v", pod, pv.Name, name, na)
-			}
-			lines = append(lines, fmt.Sprintf("%s on %s (%s)", pod, name, zone))
-		}
-		t.Logf("instances: %s", strings.Join(lines, ", "))
-		if len(nodes) != 3 || len(zones) != 3 {
-			t.Errorf("want the 3 instances on 3 nodes in 3 zones: %s", strings.Join(lines, ", "))
-		}
-		if c := getCondition(u, "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
-			t.Errorf("Scheduled %s/%s (%s), want True/OneNodeEach", c.Status, c.Reason, c.Message)
-		}
-		if p := str(u, "status", "primary"); p != db+"-0" {
-			t.Errorf("status.primary %q, want %s-0", p, db)
-		}
-	})
-	if !ok {
+	// Four tables, so that the steps stop where they always did: Spread
+	// makes the Database every step after works on; a failed drain does not
+	// stop the steps after it; a failed node's death ends the test, and so
+	// does the opt-in check before FunctionNodeDies.
+	if !s.steps(t, []step{
+		{name: "Spread", needed: true, run: func(t *testing.T) { s.spread(t, r) }},
+	}) {
 		return
 	}
 	// Drains first: they leave every instance on its node.
-	s.step(t, "DrainStandby", func(t *testing.T) { s.drainStandby(t, d, ns, db, writerName) })
-	s.step(t, "DrainPrimary", func(t *testing.T) { s.drainPrimary(t, d, ns, db, writerName) })
-	if !s.step(t, "PrimaryNodeDies", func(t *testing.T) { s.primaryNodeDies(t, d, ns, db, writerName, where) }) {
-		return
-	}
-	if !s.step(t, "NodeGoneForGood", func(t *testing.T) { s.nodeGoneForGood(t, d, ns, db, writerName) }) {
+	s.steps(t, []step{
+		{name: "DrainStandby", run: func(t *testing.T) { s.drainStandby(t, r.d, r.ns, r.db, r.writerName) }},
+		{name: "DrainPrimary", run: func(t *testing.T) { s.drainPrimary(t, r.d, r.ns, r.db, r.writerName) }},
+	})
+	if !s.steps(t, []step{
+		{name: "PrimaryNodeDies", needed: true, run: func(t *testing.T) { s.primaryNodeDies(t, r.d, r.ns, r.db, r.writerName, r.where) }},
+		{name: "NodeGoneForGood", needed: true, run: func(t *testing.T) { s.nodeGoneForGood(t, r.d, r.ns, r.db, r.writerName) }},
+	}) {
 		return
 	}
 	// Opt-in until it passes in the full run: in the CI rehearsal of
@@ -270,13 +224,85 @@ func TestNodes(t *testing.T) {
 		t.Logf("FunctionNodeDies runs on purpose: E2E_FUNCTION_NODE=1 hack/e2e.sh -run '^TestNodes$'")
 		return
 	}
-	s.step(t, "FunctionNodeDies", func(t *testing.T) { s.functionNodeDies(t, d, ns, db, writerName) })
+	s.steps(t, []step{
+		{name: "FunctionNodeDies", run: func(t *testing.T) { s.functionNodeDies(t, r.d, r.ns, r.db, r.writerName) }},
+	})
+}
+
+// nodesRun is what TestNodes's steps share.
+type nodesRun struct {
+	ns, db, writerName string // the namespace, the Database, the checker's client pod
+	// d is the Database, set as soon as it exists: the test's cleanup
+	// removes it.
+	d     database
+	where map[string]string // instance pod → node, as Spread found them
+}
+
+// spread: a large Database on the pool runs its instances one a node, in a
+// zone each (the function's default, spread Required), each one's data
+// volume a folder of its node and bound to it; Scheduled says OneNodeEach
+// and the primary is ordinal 0.
+func (s *suite) spread(t *testing.T, r *nodesRun) {
+	ns, db := r.ns, r.db
+	u := realDatabase(t, ns, db, "large", map[string]any{"durability": "sync", "backup.enabled": false})
+	if err := unstructured.SetNestedField(u.Object, poolComposition, "spec", "crossplane", "compositionRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	r.d = s.create(t, u)
+	u = s.waitRealReady(t, r.d)
+	t.Logf("Ready: %s", kube.ConditionsString(u))
+	r.where = s.placement(t, ns, db)
+	where := r.where
+	if len(where) != 3 {
+		t.Fatalf("want 3 instance pods: %v", where)
+	}
+	nodes, zones := map[string]bool{}, map[string]bool{}
+	var lines []string
+	for _, pod := range slices.Sorted(mapKeys(where)) {
+		name := where[pod]
+		nd, err := s.k.CS.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zone := nd.Labels[corev1.LabelTopologyZone]
+		if nd.Labels[poolLabel] != "true" {
+			t.Errorf("%s runs on %s, not a pool node", pod, name)
+		}
+		nodes[name], zones[zone] = true, true
+		// Its data volume is a folder of that node, with its affinity.
+		pvc, err := s.k.CS.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "data-"+pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pv, err := s.k.CS.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Spec.HostPath == nil || !strings.HasPrefix(pv.Spec.HostPath.Path, s.cl.VolumesOf(name)+"/") {
+			t.Errorf("%s's volume %s is not a folder of %s: %+v", pod, pv.Name, name, pv.Spec.HostPath)
+		}
+		if na := pv.Spec.NodeAffinity; na == nil || na.Required == nil || len(na.Required.NodeSelectorTerms) != 1 ||
+			!slices.Equal(na.Required.NodeSelectorTerms[0].MatchExpressions[0].Values, []string{name}) {
+			t.Errorf("%s's volume %s is not bound to %s: %+v", pod, pv.Name, name, na)
+		}
+		lines = append(lines, fmt.Sprintf("%s on %s (%s)", pod, name, zone))
+	}
+	t.Logf("instances: %s", strings.Join(lines, ", "))
+	if len(nodes) != 3 || len(zones) != 3 {
+		t.Errorf("want the 3 instances on 3 nodes in 3 zones: %s", strings.Join(lines, ", "))
+	}
+	if c := kube.GetCondition(u, "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
+		t.Errorf("Scheduled %s/%s (%s), want True/OneNodeEach", c.Status, c.Reason, c.Message)
+	}
+	if p := str(u, "status", "primary"); p != db+"-0" {
+		t.Errorf("status.primary %q, want %s-0", p, db)
+	}
 }
 
 // postgresTail is the last n lines of the pod's postgres container's log
 // (its previous container's if previous), less the configuration noise.
 func (s *suite) postgresTail(ns, pod string, previous bool, n int) string {
-	b, err := s.k.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
+	b, err := s.k.CS.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(context.Background())
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
@@ -293,11 +319,11 @@ func (s *suite) postgresTail(ns, pod string, previous bool, n int) string {
 // from its volume's folder on this machine ("none" when there is none).
 func (s *suite) postmasterPID(ns, pod string) string {
 	ctx := context.Background()
-	pvc, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-"+pod, metav1.GetOptions{})
+	pvc, err := s.k.CS.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-"+pod, metav1.GetOptions{})
 	if err != nil {
 		return err.Error()
 	}
-	pv, err := s.k.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	pv, err := s.k.CS.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil || pv.Spec.HostPath == nil {
 		return fmt.Sprintf("(no hostPath volume: %v)", err)
 	}
@@ -334,7 +360,7 @@ func (s *suite) primaryNodeDies(t *testing.T, d database, ns, db, writerName str
 func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns, db, writerName string, where map[string]string, promoteWithin time.Duration) {
 	ctx := context.Background()
 	s.poolWriter(t, ns, db, writerName, where)
-	w, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
+	w, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +393,7 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	}()
 
 	eventually(t, 2*time.Minute, victim.Name+" NotReady", func() (bool, string) {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
+		nd, err := s.k.CS.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -387,10 +413,10 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	t.Logf("writes acknowledged again on the new timeline %s after the node's death (longest gap between acknowledged writes %s)", duration(rto.NewTimeline), duration(rto.Outage))
 	// The Database names the instance on the dead node, and the node.
 	eventually(t, time.Minute, "condition Instances naming "+from+" on "+victim.Name, func() (bool, string) {
-		c := getCondition(d.get(t), "Instances")
+		c := kube.GetCondition(d.get(t), "Instances")
 		return c.Status == "False" && strings.Contains(c.Message, from+" on node "+victim.Name), fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
 	})
-	t.Logf("with %s dead: %s", victim.Name, conditionsString(d.get(t)))
+	t.Logf("with %s dead: %s", victim.Name, kube.ConditionsString(d.get(t)))
 
 	back := time.Now()
 	if err := victim.Revive(ctx); err != nil {
@@ -404,7 +430,7 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	// not ready, its postgres logs say why.
 	wedged := ""
 	eventually(t, realReady, "the old primary "+from+" ready again", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, from, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -422,7 +448,7 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 				wedged = wedged[i:min(len(wedged), i+200)]
 			}
 			t.Errorf("the old primary %s cannot start: its socket's stale lock file names a PID alive in its new sandbox (%d restarts): %s", from, postgresRestarts(p), wedged)
-			if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
+			if err := s.k.CS.CoreV1().Pods(ns).Delete(ctx, from, metav1.DeleteOptions{}); err != nil {
 				t.Errorf("delete %s: %v", from, err)
 			}
 			return false, "deleted the wedged pod"
@@ -442,7 +468,7 @@ func (s *suite) primaryNodeDiesAs(t *testing.T, scenario string, d database, ns,
 	if how != rejoinRewind {
 		t.Errorf("the old primary %s rejoined by %s, want %s", from, how, rejoinRewind)
 		for _, previous := range []bool{false, true} {
-			b, _ := s.k.cs.CoreV1().Pods(ns).GetLogs(from, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(ctx)
+			b, _ := s.k.CS.CoreV1().Pods(ns).GetLogs(from, &corev1.PodLogOptions{Container: "postgres", Previous: previous}).DoRaw(ctx)
 			for l := range strings.SplitSeq(string(b), "\n") {
 				if strings.Contains(l, "pg_rewind") || strings.Contains(l, "lock file") {
 					t.Logf("  %s", l)
@@ -470,7 +496,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 	ctx := context.Background()
 	primary := s.waitWhole(t, d, ns, db, "before the node is lost", nil)
 	where := s.placement(t, ns, db)
-	w, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
+	w, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, writerName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +512,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 	if victim == nil || victim.Name == spare {
 		t.Fatalf("the standby %s runs on %q, not a pool node of its own", lost, where[lost])
 	}
-	old, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+	old, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,13 +529,13 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 			pods, _ := s.instancePods(ns, db)
 			for _, p := range pods {
 				if p.Spec.NodeName == victim.Name {
-					_ = s.k.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+					_ = s.k.CS.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 				}
 			}
 		}
 	}()
 	eventually(t, 2*time.Minute, victim.Name+" NotReady", func() (bool, string) {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
+		nd, err := s.k.CS.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -522,19 +548,19 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 	// The node lifecycle controller taints the node (unreachable) at
 	// about the same time: read and update again on a conflict.
 	if err := clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
-		nd, err := s.k.cs.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
+		nd, err := s.k.CS.CoreV1().Nodes().Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		nd.Spec.Taints = append(nd.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-		_, err = s.k.cs.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{})
+		_, err = s.k.CS.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		t.Fatalf("taint %s out of service: %v", victim.Name, err)
 	}
 	tainted := time.Now()
 	eventually(t, 2*time.Minute, "the pod "+lost+" on "+victim.Name+" deleted", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, ""
 		}
@@ -544,7 +570,7 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		return p.UID != old.UID, fmt.Sprintf("%s on %s, deletionTimestamp %v", p.Name, p.Spec.NodeName, p.DeletionTimestamp)
 	})
 	t.Logf("%s's pod deleted %s after the taint", lost, time.Since(tainted).Round(100*time.Millisecond))
-	t.Logf("with %s out of service: %s", victim.Name, conditionsString(d.get(t)))
+	t.Logf("with %s out of service: %s", victim.Name, kube.ConditionsString(d.get(t)))
 	// 2. Its claims (bound to volumes on the dead node), then the pending
 	// pod that holds them (pvc-protection).
 	var claims []string
@@ -552,17 +578,17 @@ func (s *suite) nodeGoneForGood(t *testing.T, d database, ns, db, writerName str
 		claims = append(claims, v.Name+"-"+lost)
 	}
 	for _, c := range claims {
-		if err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := s.k.CS.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, c, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("delete claim %s: %v", c, err)
 		}
 	}
-	if err := s.k.cs.CoreV1().Pods(ns).Delete(ctx, lost, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := s.k.CS.CoreV1().Pods(ns).Delete(ctx, lost, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("delete the pending pod %s: %v", lost, err)
 	}
 	t.Logf("deleted %s's claims (%s) and its pending pod", lost, strings.Join(claims, ", "))
 	var placed string
 	eventually(t, realReady, lost+" re-created on another node and ready", func() (bool, string) {
-		p, err := s.k.cs.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
+		p, err := s.k.CS.CoreV1().Pods(ns).Get(ctx, lost, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

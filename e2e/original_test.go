@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -79,7 +80,7 @@ func (s *suite) testOriginalAdmission(t *testing.T) {
 				t.Fatalf("set spec.%s: %v", path, err)
 			}
 		}
-		cl, err := s.k.clientFor(xr)
+		cl, err := s.k.ResourceFor(xr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +121,8 @@ func (s *suite) testOriginal(t *testing.T) {
 	}
 
 	sh.run(t, originalCommands.apply)
-	d := database{gvk: gvk("example.com/v1", "Database"), ns: ns, name: n}
-	defer func() { _ = s.k.delete(context.Background(), d.gvk, ns, n) }()
+	d := database{gvk: kube.GVK("example.com/v1", "Database"), ns: ns, name: n}
+	defer func() { _ = s.k.Delete(context.Background(), d.gvk, ns, n) }()
 	s.waitSynced(t, d, 1)
 
 	// large: three instances; backups on from the flat fields, at 02:00.
@@ -139,16 +140,16 @@ func (s *suite) testOriginal(t *testing.T) {
 
 	u := s.waitReady(t, d)
 	if got := str(u, "status", "ready"); got != "true" {
-		t.Errorf("status.ready = %q once Ready, want true\n%s", got, toYAML(u))
+		t.Errorf("status.ready = %q once Ready, want true\n%s", got, kube.ToYAML(u))
 	}
-	eol := getCondition(u, "VersionSupported")
+	eol := kube.GetCondition(u, "VersionSupported")
 	if eol.Status != "False" || eol.Reason != "EndOfLife" || !strings.Contains(eol.Message, "PostgreSQL 14 reached its end of life on 2026-11-12") {
 		t.Errorf("condition VersionSupported = %s (%s): %q, want False (EndOfLife) naming 2026-11-12", eol.Status, eol.Reason, eol.Message)
 	}
-	if c := getCondition(u, "SpecApplied"); c.Status != "True" || !strings.Contains(c.Message, "move to spec.backup.enabled: true") {
+	if c := kube.GetCondition(u, "SpecApplied"); c.Status != "True" || !strings.Contains(c.Message, "move to spec.backup.enabled: true") {
 		t.Errorf("condition SpecApplied = %s (%s): %q, want True naming where backup_enabled moves", c.Status, c.Reason, c.Message)
 	}
-	t.Logf("conditions: %s", conditionsString(u))
+	t.Logf("conditions: %s", kube.ConditionsString(u))
 
 	// kubectl get, by the kind's plural and its short name: the columns a
 	// user of the original CRD reads, filled.
@@ -193,8 +194,8 @@ func (s *suite) testOriginal(t *testing.T) {
 	// StatefulSet's status, a reconcile later.
 	eventually(t, syncWait, "Ready with status.replicas 2", func() (bool, string) {
 		u = d.get(t)
-		return getCondition(u, "Ready").Status == "True" && str(u, "status", "replicas") == "2",
-			"status.replicas " + str(u, "status", "replicas") + "; " + conditionsString(u)
+		return kube.GetCondition(u, "Ready").Status == "True" && str(u, "status", "replicas") == "2",
+			"status.replicas " + str(u, "status", "replicas") + "; " + kube.ConditionsString(u)
 	})
 	if _, err := s.getObj(ns, obj{gvkCronJob, n + "-backup"}); err != nil {
 		t.Errorf("CronJob %s-backup after the patch: %v (backups must stay on)", n, err)
@@ -204,12 +205,12 @@ func (s *suite) testOriginal(t *testing.T) {
 	// every composed object follows, the volumes stay (Retain).
 	t0 := time.Now()
 	sh.run(t, originalCommands.delete)
-	if _, err := s.k.get(context.Background(), d.gvk, ns, n); !apierrors.IsNotFound(err) {
+	if _, err := s.k.Get(context.Background(), d.gvk, ns, n); !apierrors.IsNotFound(err) {
 		t.Errorf("Database %s/%s after kubectl delete returned: %v, want NotFound", ns, n, err)
 	}
 	s.waitGone(t, ns, append(composed(n, 3, true), obj{gvkPDB, n}, obj{gvkService, n + "-r"}), deleteWait)
 	t.Logf("kubectl delete and garbage collection took %s", time.Since(t0).Round(time.Millisecond))
-	pvcs, err := s.k.cs.CoreV1().PersistentVolumeClaims(ns).List(context.Background(), metav1.ListOptions{})
+	pvcs, err := s.k.CS.CoreV1().PersistentVolumeClaims(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func (s *suite) testOriginal(t *testing.T) {
 	}
 	// Leave no volumes behind for later tests.
 	for _, p := range pvcs.Items {
-		_ = s.k.cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+		_ = s.k.CS.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,7 +26,7 @@ const ownGroup = "platform.acme.io"
 // comes up Ready on real pods, composed by the same function.
 func (s *suite) ownGroupDatabase(t *testing.T, ns string) {
 	ctx := context.Background()
-	xrd, err := readObject(s.example("xrd.yaml"))
+	xrd, err := kube.ReadObject(s.example("xrd.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +44,14 @@ func (s *suite) ownGroupDatabase(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	for _, o := range []*unstructured.Unstructured{xrd, comp} {
-		if _, err := s.k.apply(ctx, o); err != nil {
+		if _, err := s.k.Apply(ctx, o); err != nil {
 			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
 	t.Cleanup(func() {
 		// Deleting the XRD deletes its CRD; the Database is gone by then.
 		for _, o := range []*unstructured.Unstructured{comp, xrd} {
-			if err := s.k.delete(context.Background(), o.GroupVersionKind(), "", o.GetName()); err != nil && !apierrors.IsNotFound(err) {
+			if err := s.k.Delete(context.Background(), o.GroupVersionKind(), "", o.GetName()); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
 		}
@@ -78,7 +79,7 @@ func (s *suite) ownGroupDatabase(t *testing.T, ns string) {
 	const client = "acme-client"
 	s.clientPod(t, ns, client, "acme")
 	defer func() {
-		if err := s.k.cs.CoreV1().Pods(ns).Delete(context.Background(), client, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+		if err := s.k.CS.CoreV1().Pods(ns).Delete(context.Background(), client, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete pod %s: %v", client, err)
 		}
 	}()

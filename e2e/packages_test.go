@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -99,26 +101,26 @@ func TestDatabasePackages(t *testing.T) {
 	ctx := context.Background()
 	get := func(apiVersion, name, kind string) *unstructured.Unstructured {
 		t.Helper()
-		u, err := s.k.get(ctx, gvk(apiVersion, kind), "", name)
+		u, err := s.k.Get(ctx, kube.GVK(apiVersion, kind), "", name)
 		if err != nil {
 			t.Fatalf("%s %s: %v", kind, name, err)
 		}
 		return u
 	}
 
-	cfgU := get("pkg.crossplane.io/v1", cfgName, "Configuration")
+	cfgU := get("pkg.crossplane.io/v1", crossplane.ConfigurationName, "Configuration")
 	var cfg pkgObject
 	fromUnstructured(t, cfgU, &cfg)
 	if want := s.reg.Mirror(pkgHost, cfgPackage) + ":" + pkgVersion; cfg.Status.ResolvedPackage != want {
-		t.Errorf("Configuration %s resolved to %q, want %q (the ImageConfig's rewrite to the loopback registry)", cfgName, cfg.Status.ResolvedPackage, want)
+		t.Errorf("Configuration %s resolved to %q, want %q (the ImageConfig's rewrite to the loopback registry)", crossplane.ConfigurationName, cfg.Status.ResolvedPackage, want)
 	}
 	for _, c := range []string{"Installed", "Healthy"} {
-		if got := getCondition(cfgU, c); got.Status != "True" {
-			t.Errorf("Configuration %s is not %s: %s", cfgName, c, conditionsString(cfgU))
+		if got := kube.GetCondition(cfgU, c); got.Status != "True" {
+			t.Errorf("Configuration %s is not %s: %s", crossplane.ConfigurationName, c, kube.ConditionsString(cfgU))
 		}
 	}
 
-	fnClient, err := s.k.client(gvkFunction, "")
+	fnClient, err := s.k.Resource(crossplane.GVKFunction, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +178,11 @@ func TestDatabasePackages(t *testing.T) {
 
 	// The XRD and Composition came from the Configuration: each is
 	// controlled by its active revision.
-	xrd, err := readObject(s.example("xrd.yaml"))
+	xrd, err := kube.ReadObject(s.example("xrd.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp, err := readObject(s.example("composition.yaml"))
+	comp, err := kube.ReadObject(s.example("composition.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

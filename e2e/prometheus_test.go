@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,8 +82,6 @@ type target struct {
 // promJob is the scrape job's name: the job label of every scraped series.
 const promJob = "database-metrics"
 
-var promCount atomic.Int32
-
 // startPrometheus starts a Prometheus server that scrapes every pod of the
 // cluster with a container port named "metrics" (the exporter sidecar's) and
 // the label app.kubernetes.io/instance (a Database's pods),
@@ -103,7 +100,7 @@ func (s *suite) startPrometheusWith(t *testing.T, pods bool, ruleFiles []string)
 	if err != nil {
 		t.Fatalf("no prometheus on PATH: install Debian prometheus (hack/cluster-tools.sh prometheus)")
 	}
-	n := promCount.Add(1)
+	n := s.promCount.Add(1)
 	name := fmt.Sprintf("prometheus-%d", n)
 	p := &prometheus{dir: filepath.Join(s.dir, "prometheus", strconv.Itoa(int(n))), client: &http.Client{Timeout: 5 * time.Second}, scrape: pods}
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
@@ -201,7 +198,7 @@ func podScrapeJob(sd string) map[string]any {
 func (s *suite) podTargets(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	pods, err := s.k.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pods, err := s.k.CS.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

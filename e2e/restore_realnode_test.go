@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -32,16 +33,16 @@ func (s *suite) realRestoreRetry(t *testing.T, ns, db, app string) {
 		"restoreFrom":    map[string]any{"database": db, "backup": db + "-19990101T000000Z"},
 		"backup.enabled": false,
 	}))
-	defer func() { _ = s.k.delete(context.Background(), c.gvk, c.ns, c.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), c.gvk, c.ns, c.name) }()
 	job := obj{gvkJob, name + "-restore"}
 
 	var u *unstructured.Unstructured
 	eventually(t, realReady, name+" Restored=False RestoreBackupMissing", func() (bool, string) {
 		u = c.get(t)
-		r := getCondition(u, "Restored")
-		return r.Status == "False" && r.Reason == "RestoreBackupMissing", conditionsString(u) + "; jobs: " + s.jobsState(ns) + "; " + s.podsState(ns, name)
+		r := kube.GetCondition(u, "Restored")
+		return r.Status == "False" && r.Reason == "RestoreBackupMissing", kube.ConditionsString(u) + "; jobs: " + s.jobsState(ns) + "; " + s.podsState(ns, name)
 	})
-	t.Logf("Restored: %s", getCondition(u, "Restored").Message)
+	t.Logf("Restored: %s", kube.GetCondition(u, "Restored").Message)
 	if ph := str(u, "status", "phase"); ph != "Failed" {
 		t.Errorf("phase %s after a failed restore, want Failed", ph)
 	}
@@ -62,9 +63,9 @@ func (s *suite) realRestoreRetry(t *testing.T, ns, db, app string) {
 	u = c.patch(t, `{"spec":{"restoreFrom":{"backup":"latest"}}}`)
 	eventually(t, realReady, name+" Restored=True after the backup was corrected", func() (bool, string) {
 		u = c.get(t)
-		return getCondition(u, "Restored").Status == "True", conditionsString(u) + "; jobs: " + s.jobsState(ns) + "; " + s.podsState(ns, name)
+		return kube.GetCondition(u, "Restored").Status == "True", kube.ConditionsString(u) + "; jobs: " + s.jobsState(ns) + "; " + s.podsState(ns, name)
 	})
-	t.Logf("Restored: %s", getCondition(u, "Restored").Message)
+	t.Logf("Restored: %s", kube.GetCondition(u, "Restored").Message)
 	if got := s.mustSQL(t, ns, copyApp, "", checksums); got != want {
 		t.Errorf("restored checksums differ:\n got %s\nwant %s", got, want)
 	}
@@ -80,7 +81,7 @@ func (s *suite) realRestoreRetry(t *testing.T, ns, db, app string) {
 	if _, err := s.getObj(ns, job); !apierrors.IsNotFound(err) {
 		t.Errorf("Job %s after the restore completed and attempt was raised: %v", job.name, err)
 	}
-	if r := getCondition(c.get(t), "Restored"); r.Status != "True" {
+	if r := kube.GetCondition(c.get(t), "Restored"); r.Status != "True" {
 		t.Errorf("Restored after attempt was raised: %s %s", r.Status, r.Message)
 	}
 }

@@ -42,7 +42,7 @@ func TestRestoreSpeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := s.create(t, u)
-	defer func() { _ = s.k.delete(context.Background(), d.gvk, d.ns, d.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), d.gvk, d.ns, d.name) }()
 	s.waitRealReady(t, d)
 
 	// Rows of about 1 KB, in statements that each finish within the
@@ -63,7 +63,7 @@ func TestRestoreSpeed(t *testing.T) {
 	start = time.Now()
 	job := s.runCronJobNow(t, ns, db+"-full")
 	eventually(t, time.Duration(gib*20+5)*time.Minute, "Job "+job+" succeeded", func() (bool, string) {
-		j, err := s.k.cs.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
+		j, err := s.k.CS.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -82,7 +82,7 @@ func TestRestoreSpeed(t *testing.T) {
 	}
 	start = time.Now()
 	cp := s.create(t, cu)
-	defer func() { _ = s.k.delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
+	defer func() { _ = s.k.Delete(context.Background(), cp.gvk, cp.ns, cp.name) }()
 	s.waitReadyWithin(t, cp, time.Duration(gib*20+5)*time.Minute)
 	ready := time.Since(start)
 	if got := s.appDB(t, ns, copyName+"-0", "bulk_copy", "SELECT count(*) FROM bulk"); got != strconv.FormatInt(rows, 10) {
@@ -90,7 +90,7 @@ func TestRestoreSpeed(t *testing.T) {
 	}
 	// The first primary's report: how long its restore and replay took.
 	var report scripts.RestoreReport
-	pod, err := s.k.cs.CoreV1().Pods(ns).Get(context.Background(), copyName+"-0", metav1.GetOptions{})
+	pod, err := s.k.CS.CoreV1().Pods(ns).Get(context.Background(), copyName+"-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/internal/checker"
 )
 
@@ -84,7 +85,7 @@ func (w *rollWatch) poll(t *testing.T, s *suite) (bool, string) {
 	w.maxDown = max(w.maxDown, w.replicas-ready)
 	sts := s.statefulSet(t, w.ns, w.db)
 	st, n := sts.Status, ptrInt(sts.Spec.Replicas)
-	c := getCondition(x, "Updated")
+	c := kube.GetCondition(x, "Updated")
 	w.done = sts.Generation == st.ObservedGeneration && st.UpdateRevision != w.revision && st.UpdateRevision == st.CurrentRevision &&
 		st.ReadyReplicas == n && st.UpdatedReplicas == n && c.Status == "True"
 	return w.done, fmt.Sprintf("%s: Updated %s %s: %s; primary %s; %s", w.db, c.Status, c.Reason, c.Message, primary, s.podsState(w.ns, w.db))

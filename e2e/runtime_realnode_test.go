@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // functionInPod moves the function from the suite's process into a pod on
@@ -40,24 +42,24 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	// The function's pod goes to the real node (kwok would fake it).
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"scheduler.alpha.kubernetes.io/node-selector":"type=real","scheduler.alpha.kubernetes.io/defaultTolerations":%q}}}`,
 		fmt.Sprintf(`[{"key":%q,"operator":"Exists","effect":"NoSchedule"}]`, cluster.RealNodeTaint))
-	if _, err := s.k.cs.CoreV1().Namespaces().Patch(ctx, xpNamespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("namespace %s to the real node: %w", xpNamespace, err)
+	if _, err := s.k.CS.CoreV1().Namespaces().Patch(ctx, crossplane.Namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("namespace %s to the real node: %w", crossplane.Namespace, err)
 	}
 
 	resolv := n.Path("core-resolv.conf")
-	if err := os.WriteFile(resolv, []byte(fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", cluster.BridgeIP, xpNamespace)), 0o644); err != nil {
+	if err := os.WriteFile(resolv, []byte(fmt.Sprintf("nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", cluster.BridgeIP, crossplane.Namespace)), 0o644); err != nil {
 		return err
 	}
-	x.core.Stop(15 * time.Second)
-	args := []string{"--mount", "--propagation", "private", "--", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv, x.core.Bin}
-	for _, a := range x.core.Args {
+	x.Core.Stop(15 * time.Second)
+	args := []string{"--mount", "--propagation", "private", "--", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv, x.Core.Bin}
+	for _, a := range x.Core.Args {
 		if strings.HasPrefix(a, "--package-runtime=") {
 			a = "--package-runtime=Deployment"
 		}
 		args = append(args, a)
 	}
-	x.core.Bin, x.core.Args = "unshare", args
-	if err := x.core.Start(); err != nil {
+	x.Core.Bin, x.Core.Args = "unshare", args
+	if err := x.Core.Start(); err != nil {
 		return fmt.Errorf("crossplane core with the Deployment runtime: %w", err)
 	}
 
@@ -66,32 +68,32 @@ func (s *suite) functionInPod(ctx context.Context) error {
 	var last string
 	deadline := time.Now().Add(4 * time.Minute)
 	for ; time.Now().Before(deadline); time.Sleep(time.Second) {
-		if ended, err := x.core.Exited(); ended {
-			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.Tail(30))
+		if ended, err := x.Core.Exited(); ended {
+			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.Core.Tail(30))
 		}
-		rev, err := x.revision(ctx)
+		rev, err := x.Revision(ctx)
 		if err != nil {
 			last = err.Error()
 			continue
 		}
 		ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
-		last = fmt.Sprintf("revision %s endpoint %q: %s", rev.GetName(), ep, conditionsString(rev))
-		if !strings.HasPrefix(ep, "dns:///") || getCondition(rev, "RuntimeHealthy").Status != "True" {
+		last = fmt.Sprintf("revision %s endpoint %q: %s", rev.GetName(), ep, kube.ConditionsString(rev))
+		if !strings.HasPrefix(ep, "dns:///") || kube.GetCondition(rev, "RuntimeHealthy").Status != "True" {
 			continue
 		}
 		pod, state := s.functionPod(ctx)
 		last += "; " + state
 		if pod != nil {
-			logf("function %s in pod %s/%s on %s (%s), endpoint %s", x.fnName, pod.Namespace, pod.Name, pod.Spec.NodeName,
+			logf("function %s in pod %s/%s on %s (%s), endpoint %s", x.FnName, pod.Namespace, pod.Name, pod.Spec.NodeName,
 				pod.Spec.Containers[0].Image, ep)
 			break
 		}
 	}
 	if !time.Now().Before(deadline) {
-		return fmt.Errorf("the function did not start in a pod within 4m: %s\n%s", last, x.core.Tail(30))
+		return fmt.Errorf("the function did not start in a pod within 4m: %s\n%s", last, x.Core.Tail(30))
 	}
 	// Nothing calls the local process any more; stopping it proves it.
-	x.fn.Stop(5 * time.Second)
+	x.Fn.Stop(5 * time.Second)
 	logf("function now runs only in its pod (%s)", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
@@ -110,24 +112,24 @@ func (s *suite) pullsPackages(n *cluster.Node) error {
 // functionPod returns the function's Ready pod on the real node, or nil and
 // what there is instead.
 func (s *suite) functionPod(ctx context.Context) (*corev1.Pod, string) {
-	ds, err := s.k.cs.AppsV1().Deployments(xpNamespace).List(ctx, metav1.ListOptions{})
+	ds, err := s.k.CS.AppsV1().Deployments(crossplane.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err.Error()
 	}
 	var d *appsv1.Deployment
 	for i := range ds.Items {
-		if strings.HasPrefix(ds.Items[i].Name, s.xp.fnName) {
+		if strings.HasPrefix(ds.Items[i].Name, s.xp.FnName) {
 			d = &ds.Items[i]
 		}
 	}
 	if d == nil {
-		return nil, "no Deployment " + s.xp.fnName + "* yet"
+		return nil, "no Deployment " + s.xp.FnName + "* yet"
 	}
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
 		return nil, err.Error()
 	}
-	pods, err := s.k.cs.CoreV1().Pods(xpNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	pods, err := s.k.CS.CoreV1().Pods(crossplane.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return nil, err.Error()
 	}

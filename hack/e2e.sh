@@ -38,8 +38,10 @@ export E2E_SKIP_TOOLS=1 # just built above
 # requests fit two); by default they run one after the other.
 # The suite's own package alone, so that go test streams its output (for
 # several packages it holds each one's until it ends: a run cut off by CI
-# showed nothing); its helpers' unit tests first.
+# showed nothing); its helpers' unit tests first, and without the build tag
+# the package's own unit test (no package state shared between scenarios).
 rc=0
 go test -tags e2e -count=1 ./internal/... || rc=$?
+go test -count=1 . || rc=$?
 go test -tags e2e -count=1 -timeout 86m -parallel 2 -v "$@" . || rc=$?
 exit "$rc"

@@ -1,6 +1,13 @@
-//go:build e2e
-
-package e2e
+// Package crossplane runs Crossplane for the e2e suite as a platform team's
+// cluster would have it, without pods: core (out of cluster, External package
+// runtime) and its RBAC manager as child processes under the ServiceAccounts
+// and ClusterRoles of Crossplane's own Helm chart (rendered from the module of
+// the core binary's version), and the function under test as a local process
+// serving mTLS with a certificate from Crossplane's CA. PreparePackages and
+// ServePackages let core install the Configuration and its Function from the
+// suite's registry as README's Install section does, standing in for the
+// function's runtime.
+package crossplane
 
 import (
 	"context"
@@ -21,49 +28,49 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/pki"
 	"github.com/example/function-database/e2e/internal/proc"
 	"github.com/example/function-database/e2e/internal/registry"
 )
 
 const (
-	xpNamespace    = "crossplane-system"
-	xpCASecret     = "crossplane-root-ca"
-	xpClientSecret = "crossplane-tls-client"
-	fnName         = "function-database" // the local process and its certificate
-	fnTLSSecret    = "function-database-tls-server"
-	cfgName        = "configuration-database"
+	Namespace         = "crossplane-system"
+	xpCASecret        = "crossplane-root-ca"
+	xpClientSecret    = "crossplane-tls-client"
+	fnName            = "function-database" // the local process and its certificate
+	fnTLSSecret       = "function-database-tls-server"
+	ConfigurationName = "configuration-database"
 )
 
 var (
-	gvkFunction         = gvk("pkg.crossplane.io/v1", "Function")
-	gvkFunctionRevision = gvk("pkg.crossplane.io/v1", "FunctionRevision")
-	gvkConfiguration    = gvk("pkg.crossplane.io/v1", "Configuration")
-	gvkImageConfig      = gvk("pkg.crossplane.io/v1beta1", "ImageConfig")
-	gvkXRD              = gvk("apiextensions.crossplane.io/v2", "CompositeResourceDefinition")
+	GVKFunction         = kube.GVK("pkg.crossplane.io/v1", "Function")
+	gvkFunctionRevision = kube.GVK("pkg.crossplane.io/v1", "FunctionRevision")
+	GVKConfiguration    = kube.GVK("pkg.crossplane.io/v1", "Configuration")
+	gvkImageConfig      = kube.GVK("pkg.crossplane.io/v1beta1", "ImageConfig")
+	GVKXRD              = kube.GVK("apiextensions.crossplane.io/v2", "CompositeResourceDefinition")
 )
 
-// crossplane is Crossplane core (out of cluster, External package runtime)
+// Stack is Crossplane core (out of cluster, External package runtime)
 // and the function under test, both child processes.
-type crossplane struct {
+type Stack struct {
 	dir   string
 	cl    *cluster.Cluster
-	k     *kube // the suite's clients of cl
-	core  *proc.Proc
-	rbac  *proc.Proc // the RBAC manager
-	fn    *proc.Proc
+	k     *kube.Client // the suite's clients of cl
+	Core  *proc.Proc
+	RBAC  *proc.Proc // the RBAC manager
+	Fn    *proc.Proc
 	fnBin string
 
-	fnAddr   string
+	FnAddr   string
 	fnTLS    map[string][]byte // the function's server certificate, key and CA
-	fnName   string            // the Function the Configuration's dependency became
+	FnName   string            // the Function the Configuration's dependency became
 	clientCA *pki.CA           // Crossplane's CA, made by `core init`
-	logf     func(string, ...any)
 }
 
-func (x *crossplane) procs() []*proc.Proc {
+func (x *Stack) Procs() []*proc.Proc {
 	var out []*proc.Proc
-	for _, p := range []*proc.Proc{x.core, x.rbac, x.fn} {
+	for _, p := range []*proc.Proc{x.Core, x.RBAC, x.Fn} {
 		if p != nil {
 			out = append(out, p)
 		}
@@ -71,17 +78,17 @@ func (x *crossplane) procs() []*proc.Proc {
 	return out
 }
 
-func (x *crossplane) stop() {
+func (x *Stack) Stop() {
 	// Core first: it must not see the function vanish mid-reconcile and
 	// record errors that a later step would trip over.
-	if x.core != nil {
-		x.core.Stop(15 * time.Second)
+	if x.Core != nil {
+		x.Core.Stop(15 * time.Second)
 	}
-	if x.rbac != nil {
-		x.rbac.Stop(5 * time.Second)
+	if x.RBAC != nil {
+		x.RBAC.Stop(5 * time.Second)
 	}
-	if x.fn != nil {
-		x.fn.Stop(5 * time.Second)
+	if x.Fn != nil {
+		x.Fn.Stop(5 * time.Second)
 	}
 }
 
@@ -105,18 +112,18 @@ func coreModule(ctx context.Context, logDir, coreBin string) (string, error) {
 		return "", err
 	}
 	for _, d := range []string{"crds", "charts/crossplane/templates"} {
-		if dir := filepath.Join(m.Dir, "cluster", d); !fileExists(dir) {
+		if dir := filepath.Join(m.Dir, "cluster", d); !isDir(dir) {
 			return "", fmt.Errorf("no %s", dir)
 		}
 	}
 	return m.Dir, nil
 }
 
-// startCrossplane starts core, trusting the CA in caBundle for package
+// Start starts core, trusting the CA in caBundle for package
 // registries, and the function as a local process; k is the suite's clients
 // of cl.
-func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *kube, coreBin, fnBin, caBundle string, logf func(string, ...any)) (*crossplane, error) {
-	x := &crossplane{dir: filepath.Join(dir, "crossplane"), cl: cl, k: k, fnBin: fnBin, logf: logf}
+func Start(ctx context.Context, dir string, cl *cluster.Cluster, k *kube.Client, coreBin, fnBin, caBundle string, logf func(string, ...any)) (*Stack, error) {
+	x := &Stack{dir: filepath.Join(dir, "crossplane"), cl: cl, k: k, fnBin: fnBin}
 	t0 := time.Now()
 	if err := os.MkdirAll(x.dir, 0o755); err != nil {
 		return x, err
@@ -126,36 +133,36 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 		return x, err
 	}
 	crds := filepath.Join(module, "cluster", "crds")
-	cs := k.cs
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: xpNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	cs := k.CS
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return x, err
 	}
 
 	// Core's identity: the chart's ServiceAccount and roles. Its own rules
 	// reach it only through the aggregated `crossplane` ClusterRole, once
 	// kube-controller-manager has aggregated them: wait for that.
-	rbacObjs, err := renderChartRBAC(module, xpNamespace)
+	rbacObjs, err := renderChartRBAC(module, Namespace)
 	if err != nil {
 		return x, err
 	}
 	for _, o := range rbacObjs {
-		if _, err := k.apply(ctx, o); err != nil {
+		if _, err := k.Apply(ctx, o); err != nil {
 			return x, fmt.Errorf("apply chart %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
-	if err := k.waitAllowed(ctx, 60*time.Second, coreSA, true,
-		access{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}); err != nil {
+	if err := k.WaitAllowed(ctx, 60*time.Second, Namespace, CoreSA, true,
+		kube.Access{Verb: "create", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}); err != nil {
 		return x, fmt.Errorf("the chart's ClusterRoles never reached core: %w", err)
 	}
-	kcfg, err := x.serviceAccountKubeconfig(ctx, coreSA)
+	kcfg, err := x.serviceAccountKubeconfig(ctx, CoreSA)
 	if err != nil {
 		return x, err
 	}
-	logf("Crossplane chart RBAC applied (%d objects); core runs as ServiceAccount %s/%s (%s)", len(rbacObjs), xpNamespace, coreSA, time.Since(t0).Round(time.Millisecond))
+	logf("Crossplane chart RBAC applied (%d objects); core runs as ServiceAccount %s/%s (%s)", len(rbacObjs), Namespace, CoreSA, time.Since(t0).Round(time.Millisecond))
 	env := []string{
 		"KUBECONFIG=" + kcfg,
-		"POD_NAMESPACE=" + xpNamespace,
-		"POD_SERVICE_ACCOUNT=" + coreSA,
+		"POD_NAMESPACE=" + Namespace,
+		"POD_SERVICE_ACCOUNT=" + CoreSA,
 	}
 
 	// core init: CRDs and the TLS secrets. Its first try on a fresh API
@@ -184,11 +191,11 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 	if err := x.startRBACManager(ctx, dir, coreBin); err != nil {
 		return x, err
 	}
-	logf("crossplane RBAC manager started as ServiceAccount %s/%s (%s)", xpNamespace, rbacSA, time.Since(t0).Round(time.Millisecond))
+	logf("crossplane RBAC manager started as ServiceAccount %s/%s (%s)", Namespace, rbacSA, time.Since(t0).Round(time.Millisecond))
 
 	// Crossplane's client certificate, for core start, and its CA, which
 	// signs the function's server certificate.
-	client, err := cs.CoreV1().Secrets(xpNamespace).Get(ctx, xpClientSecret, metav1.GetOptions{})
+	client, err := cs.CoreV1().Secrets(Namespace).Get(ctx, xpClientSecret, metav1.GetOptions{})
 	if err != nil {
 		return x, err
 	}
@@ -196,7 +203,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 	if err := writeFiles(clientDir, client.Data, "tls.crt", "tls.key", "ca.crt"); err != nil {
 		return x, fmt.Errorf("secret %s: %w", xpClientSecret, err)
 	}
-	caSecret, err := cs.CoreV1().Secrets(xpNamespace).Get(ctx, xpCASecret, metav1.GetOptions{})
+	caSecret, err := cs.CoreV1().Secrets(Namespace).Get(ctx, xpCASecret, metav1.GetOptions{})
 	if err != nil {
 		return x, err
 	}
@@ -220,18 +227,18 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 	if err != nil {
 		return x, err
 	}
-	x.fnAddr = "127.0.0.1:" + strconv.Itoa(port)
-	x.fn = proc.New(dir, "function", fnBin, "--address="+x.fnAddr, "--tls-server-certs-dir="+fnDir, "--metrics-address=", "--debug")
-	if err := x.fn.Start(); err != nil {
+	x.FnAddr = "127.0.0.1:" + strconv.Itoa(port)
+	x.Fn = proc.New(dir, "function", fnBin, "--address="+x.FnAddr, "--tls-server-certs-dir="+fnDir, "--metrics-address=", "--debug")
+	if err := x.Fn.Start(); err != nil {
 		return x, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = proc.WaitTCP(wctx, x.fnAddr, x.fn)
+	err = proc.WaitTCP(wctx, x.FnAddr, x.Fn)
 	cancel()
 	if err != nil {
 		return x, fmt.Errorf("function: %w", err)
 	}
-	logf("function serving mTLS on %s", x.fnAddr)
+	logf("function serving mTLS on %s", x.FnAddr)
 
 	// core start. Metrics and health probe ports: core formats them as
 	// ":PORT", so 0 is the closest to off it allows (an ephemeral port).
@@ -240,7 +247,7 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return x, err
 	}
-	x.core = proc.New(dir, "crossplane", coreBin, "core", "start",
+	x.Core = proc.New(dir, "crossplane", coreBin, "core", "start",
 		"--package-runtime=External",
 		// The loopback registry's CA, for pulling packages (added to the
 		// system's roots).
@@ -261,8 +268,8 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 		"--circuit-breaker-refill-rate=10",
 		"--debug",
 	)
-	x.core.Env = env
-	if err := x.core.Start(); err != nil {
+	x.Core.Env = env
+	if err := x.Core.Start(); err != nil {
 		return x, err
 	}
 
@@ -270,10 +277,10 @@ func startCrossplane(ctx context.Context, dir string, cl *cluster.Cluster, k *ku
 	return x, nil
 }
 
-// restartCore stops Crossplane core by its PID and starts it again.
-func (x *crossplane) restartCore() error {
-	x.core.Stop(15 * time.Second)
-	return x.core.Start()
+// RestartCore stops Crossplane core by its PID and starts it again.
+func (x *Stack) RestartCore() error {
+	x.Core.Stop(15 * time.Second)
+	return x.Core.Start()
 }
 
 // The package object the suite applies, typed: pkg.crossplane.io/v1beta1
@@ -306,7 +313,7 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-// preparePackages readies the cluster for installing the packages as a
+// PreparePackages readies the cluster for installing the packages as a
 // platform team does (README's Install section, readmeInstall), through
 // Crossplane's package manager: an ImageConfig points pkgHost at the
 // loopback registry (a mirror: core's pulls need no name resolution), and
@@ -315,21 +322,21 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 // after the dependency's repository, at the highest tag the constraint
 // allows) and installs both revisions, the XRD and Composition among the
 // Configuration's objects.
-func (x *crossplane) preparePackages(ctx context.Context, reg *registry.Registry) error {
+func (x *Stack) PreparePackages(ctx context.Context, reg *registry.Registry, pkgHost string) error {
 	k := x.k
-	cs := k.cs
+	cs := k.CS
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: fnTLSSecret, Namespace: xpNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: fnTLSSecret, Namespace: Namespace},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       x.fnTLS,
 	}
-	if _, err := cs.CoreV1().Secrets(xpNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cs.CoreV1().Secrets(Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for _, g := range []schema.GroupVersionKind{gvkImageConfig, gvkConfiguration, gvkFunction} {
-		if err := k.waitKind(wctx, g); err != nil {
+	for _, g := range []schema.GroupVersionKind{gvkImageConfig, GVKConfiguration, GVKFunction} {
+		if err := k.WaitKind(wctx, g); err != nil {
 			return err
 		}
 	}
@@ -344,36 +351,36 @@ func (x *crossplane) preparePackages(ctx context.Context, reg *registry.Registry
 	if err != nil {
 		return err
 	}
-	if _, err := k.apply(ctx, ic); err != nil {
+	if _, err := k.Apply(ctx, ic); err != nil {
 		return fmt.Errorf("apply ImageConfig: %w", err)
 	}
 	return nil
 }
 
-// servePackages does what a function's runtime would, until the
+// ServePackages does what a function's runtime would, until the
 // Configuration and its Function are both Installed and Healthy (or ctx
 // ends): with the External runtime nothing runs the function or sets its
 // revision's endpoint, so the function runs here as a process, and we give
 // the revision its address and TLS Secret.
-func (x *crossplane) servePackages(ctx context.Context) error {
+func (x *Stack) ServePackages(ctx context.Context) error {
 	k := x.k
-	endpoint := x.fnAddr
+	endpoint := x.FnAddr
 	var last string
 	// Give the Function's active revision the function's endpoint and mark
 	// its runtime healthy, again whenever core overwrites a status it read
 	// before our update.
 	for ctx.Err() == nil {
-		if ended, err := x.core.Exited(); ended {
-			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.core.Tail(30))
+		if ended, err := x.Core.Exited(); ended {
+			return fmt.Errorf("crossplane core exited: %w\n%s", err, x.Core.Tail(30))
 		}
 		last = ""
 		cfgReady := false
-		if c, err := k.get(ctx, gvkConfiguration, "", cfgName); err == nil {
-			last = "Configuration: " + conditionsString(c)
-			cfgReady = getCondition(c, "Installed").Status == "True" && getCondition(c, "Healthy").Status == "True"
+		if c, err := k.Get(ctx, GVKConfiguration, "", ConfigurationName); err == nil {
+			last = "Configuration: " + kube.ConditionsString(c)
+			cfgReady = kube.GetCondition(c, "Installed").Status == "True" && kube.GetCondition(c, "Healthy").Status == "True"
 		}
 		fnReady := false
-		fnClient, err := k.client(gvkFunction, "")
+		fnClient, err := k.Resource(GVKFunction, "")
 		if err != nil {
 			return err
 		}
@@ -386,22 +393,22 @@ func (x *crossplane) servePackages(ctx context.Context) error {
 		}
 		for i := range fns.Items {
 			f := &fns.Items[i]
-			x.fnName = f.GetName()
-			last += fmt.Sprintf("; Function %s: %s", f.GetName(), conditionsString(f))
-			rev, err := x.revision(ctx)
+			x.FnName = f.GetName()
+			last += fmt.Sprintf("; Function %s: %s", f.GetName(), kube.ConditionsString(f))
+			rev, err := x.Revision(ctx)
 			if err != nil {
 				last += "; " + err.Error()
 				break
 			}
-			last += "; FunctionRevision: " + conditionsString(rev)
+			last += "; FunctionRevision: " + kube.ConditionsString(rev)
 			ep, _, _ := unstructured.NestedString(rev.Object, "status", "endpoint")
-			if ep != endpoint || getCondition(rev, "RuntimeHealthy").Status != "True" {
+			if ep != endpoint || kube.GetCondition(rev, "RuntimeHealthy").Status != "True" {
 				if err := x.patchRevision(ctx, rev, endpoint); err != nil {
 					last += "; patch: " + err.Error()
 				}
 				break
 			}
-			fnReady = getCondition(f, "Installed").Status == "True" && getCondition(f, "Healthy").Status == "True"
+			fnReady = kube.GetCondition(f, "Installed").Status == "True" && kube.GetCondition(f, "Healthy").Status == "True"
 		}
 		if cfgReady && fnReady {
 			return nil
@@ -411,15 +418,15 @@ func (x *crossplane) servePackages(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy: %s", cfgName, last)
+	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy: %s", ConfigurationName, last)
 }
 
-func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, error) {
-	c, err := x.k.client(gvkFunctionRevision, "")
+func (x *Stack) Revision(ctx context.Context) (*unstructured.Unstructured, error) {
+	c, err := x.k.Resource(gvkFunctionRevision, "")
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/package=" + x.fnName})
+	l, err := c.List(ctx, metav1.ListOptions{LabelSelector: "pkg.crossplane.io/package=" + x.FnName})
 	if err != nil {
 		return nil, err
 	}
@@ -428,10 +435,10 @@ func (x *crossplane) revision(ctx context.Context) (*unstructured.Unstructured, 
 			return &l.Items[i], nil
 		}
 	}
-	return nil, fmt.Errorf("no active FunctionRevision for %s yet (%d revisions)", x.fnName, len(l.Items))
+	return nil, fmt.Errorf("no active FunctionRevision for %s yet (%d revisions)", x.FnName, len(l.Items))
 }
 
-func (x *crossplane) patchRevision(ctx context.Context, rev *unstructured.Unstructured, endpoint string) error {
+func (x *Stack) patchRevision(ctx context.Context, rev *unstructured.Unstructured, endpoint string) error {
 	rev = rev.DeepCopy()
 	if err := unstructured.SetNestedField(rev.Object, endpoint, "status", "endpoint"); err != nil {
 		return err
@@ -456,11 +463,11 @@ func (x *crossplane) patchRevision(ctx context.Context, rev *unstructured.Unstru
 	if err := unstructured.SetNestedSlice(rev.Object, out, "status", "conditions"); err != nil {
 		return err
 	}
-	c, err := x.k.client(gvkFunctionRevision, "")
+	c, err := x.k.Resource(gvkFunctionRevision, "")
 	if err != nil {
 		return err
 	}
-	_, err = c.UpdateStatus(ctx, rev, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err = c.UpdateStatus(ctx, rev, metav1.UpdateOptions{FieldManager: kube.FieldManager})
 	return err
 }
 
@@ -478,4 +485,9 @@ func writeFiles(dir string, data map[string][]byte, keys ...string) error {
 		}
 	}
 	return nil
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }

@@ -1,6 +1,4 @@
-//go:build e2e
-
-package e2e
+package crossplane
 
 import (
 	"context"
@@ -12,12 +10,11 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/example/function-database/e2e/internal/cluster"
+	"github.com/example/function-database/e2e/internal/kube"
 	"github.com/example/function-database/e2e/internal/proc"
 )
 
@@ -26,7 +23,7 @@ import (
 // system:masters, so a kind the project's ClusterRole forgets fails here as
 // it would in a cluster.
 const (
-	coreSA = "crossplane"
+	CoreSA = "crossplane"
 	rbacSA = "rbac-manager"
 	// The RBAC manager's --provider-clusterrole, as the chart passes it.
 	providerClusterRole = "crossplane:allowed-provider-permissions"
@@ -59,7 +56,7 @@ var chartRBACTemplates = []string{
 func renderChartRBAC(moduleDir, namespace string) ([]*unstructured.Unstructured, error) {
 	chartDir := filepath.Join(moduleDir, "cluster", "charts", "crossplane")
 	var values map[string]any
-	if err := readYAML(filepath.Join(chartDir, "values.yaml"), &values); err != nil {
+	if err := kube.ReadYAML(filepath.Join(chartDir, "values.yaml"), &values); err != nil {
 		return nil, err
 	}
 	var chart struct {
@@ -67,7 +64,7 @@ func renderChartRBAC(moduleDir, namespace string) ([]*unstructured.Unstructured,
 		Version    string `json:"version"`
 		AppVersion string `json:"appVersion"`
 	}
-	if err := readYAML(filepath.Join(chartDir, "Chart.yaml"), &chart); err != nil {
+	if err := kube.ReadYAML(filepath.Join(chartDir, "Chart.yaml"), &chart); err != nil {
 		return nil, err
 	}
 	data := map[string]any{
@@ -103,7 +100,7 @@ func renderChartRBAC(moduleDir, namespace string) ([]*unstructured.Unstructured,
 		if err := t.Execute(&b, data); err != nil {
 			return nil, fmt.Errorf("chart template %s: %w", name, err)
 		}
-		objs, err := decodeObjects([]byte(b.String()))
+		objs, err := kube.DecodeObjects([]byte(b.String()))
 		if err != nil {
 			return nil, fmt.Errorf("chart template %s rendered invalid YAML: %w\n%s", name, err, b.String())
 		}
@@ -169,7 +166,11 @@ func isEmpty(v any) bool {
 		return v == ""
 	case bool:
 		return !v
-	case int, int64, float64:
+	case int:
+		return v == 0
+	case int64:
+		return v == 0
+	case float64: // numbers from YAML
 		return v == 0
 	case map[string]any:
 		return len(v) == 0
@@ -179,93 +180,27 @@ func isEmpty(v any) bool {
 	return false
 }
 
-func readYAML(path string, into any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := yaml.Unmarshal(b, into); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
 // serviceAccountKubeconfig writes a kubeconfig whose identity is the
 // ServiceAccount: a token from the TokenRequest API, as the kubelet projects
 // into a pod.
-func (x *crossplane) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
+func (x *Stack) serviceAccountKubeconfig(ctx context.Context, sa string) (string, error) {
 	secs := int64(tokenLifetime / time.Second)
-	tr, err := x.k.cs.CoreV1().ServiceAccounts(xpNamespace).CreateToken(ctx, sa,
+	tr, err := x.k.CS.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", xpNamespace, sa, err)
+		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", Namespace, sa, err)
 	}
 	return x.cl.PKI.TokenKubeconfig(sa, x.cl.Host, tr.Status.Token)
 }
 
-// access is one request a ServiceAccount may or may not be allowed.
-type access = authorizationv1.ResourceAttributes
-
-func accessString(a access) string {
-	r := a.Resource
-	if a.Group != "" {
-		r += "." + a.Group
-	}
-	if a.Namespace != "" {
-		r += " in " + a.Namespace
-	}
-	return a.Verb + " " + r
-}
-
-// allowed asks the API server's authorizer (a SubjectAccessReview, made as
-// admin) whether the ServiceAccount of namespace ns may do a.
-func (k *kube) allowed(ctx context.Context, ns, sa string, a access) (bool, error) {
-	r, err := k.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + ns + ":" + sa,
-			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-			ResourceAttributes: &a,
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return false, err
-	}
-	return r.Status.Allowed, nil
-}
-
-// waitAllowed waits until the ServiceAccount is allowed every request (want)
-// or none of them (!want). RBAC changes reach the authorizer within a moment,
-// but an aggregated ClusterRole changes only when kube-controller-manager's
-// aggregation controller has copied the rules of the roles it selects.
-func (k *kube) waitAllowed(ctx context.Context, timeout time.Duration, sa string, want bool, as ...access) error {
-	var wrong []string
-	err := cluster.Retry(ctx, timeout, func() error {
-		wrong = wrong[:0]
-		for _, a := range as {
-			ok, err := k.allowed(ctx, xpNamespace, sa, a)
-			if err != nil {
-				return err
-			}
-			if ok != want {
-				wrong = append(wrong, accessString(a))
-			}
-		}
-		if len(wrong) > 0 {
-			return fmt.Errorf("ServiceAccount %s/%s allowed=%v for: %s", xpNamespace, sa, !want, strings.Join(wrong, ", "))
-		}
-		return nil
-	})
-	return err
-}
-
-// ruleAccesses lists every (group, resource, verb) a ClusterRole's rules
+// RuleAccesses lists every (group, resource, verb) a ClusterRole's rules
 // grant, in namespace ns ("" for every namespace).
-func ruleAccesses(role *unstructured.Unstructured, ns string) ([]access, error) {
+func RuleAccesses(role *unstructured.Unstructured, ns string) ([]kube.Access, error) {
 	rules, _, err := unstructured.NestedSlice(role.Object, "rules")
 	if err != nil {
 		return nil, err
 	}
-	var out []access
+	var out []kube.Access
 	for _, r := range rules {
 		m, ok := r.(map[string]any)
 		if !ok {
@@ -277,7 +212,7 @@ func ruleAccesses(role *unstructured.Unstructured, ns string) ([]access, error) 
 		for _, g := range groups {
 			for _, res := range resources {
 				for _, v := range verbs {
-					out = append(out, access{Namespace: ns, Group: g, Resource: res, Verb: v})
+					out = append(out, kube.Access{Namespace: ns, Group: g, Resource: res, Verb: v})
 				}
 			}
 		}
@@ -296,7 +231,7 @@ func ruleAccesses(role *unstructured.Unstructured, ns string) ([]access, error) 
 // The manager has no flag for its metrics listener: controller-runtime's
 // default, :8080 on every interface, stays on while it runs; a second suite
 // on the machine at the same time fails to start it (its log says so).
-func (x *crossplane) startRBACManager(ctx context.Context, dir, coreBin string) error {
+func (x *Stack) startRBACManager(ctx context.Context, dir, coreBin string) error {
 	kcfg, err := x.serviceAccountKubeconfig(ctx, rbacSA)
 	if err != nil {
 		return err
@@ -308,10 +243,10 @@ func (x *crossplane) startRBACManager(ctx context.Context, dir, coreBin string) 
 	if err := proc.Run(ictx, initLog, x.dir, env, coreBin, "rbac", "init"); err != nil {
 		return fmt.Errorf("crossplane rbac init: %w\n%s", err, proc.TailFile(initLog, 20))
 	}
-	x.rbac = proc.New(dir, "rbac-manager", coreBin, "rbac", "start",
+	x.RBAC = proc.New(dir, "rbac-manager", coreBin, "rbac", "start",
 		"--provider-clusterrole="+providerClusterRole,
 		"--debug",
 	)
-	x.rbac.Env = env
-	return x.rbac.Start()
+	x.RBAC.Env = env
+	return x.RBAC.Start()
 }
