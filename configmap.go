@@ -16,10 +16,11 @@ import (
 	"github.com/example/function-database/scripts"
 )
 
-// scriptFiles are the embedded scripts, read once: they are constant, and so
-// is the digest of those the instances run.
+// scriptFiles are the scripts as shipped (scripts.Shipped: without their
+// comments), read once: they are constant, and so is the digest of those the
+// instances run.
 var (
-	scriptFiles         = immortalScripts(scripts.Files())
+	scriptFiles         = immortalScripts(scripts.Shipped())
 	instanceScriptsHash = digest(instanceScripts(scriptFiles))
 )
 

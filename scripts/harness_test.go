@@ -239,7 +239,8 @@ func newCluster(t *testing.T, tl *tools, root, name string) *cluster {
 	sqlName := strings.ReplaceAll(name, "-", "_")
 	c := &cluster{t: t, tl: tl, root: tl.mkdir(t, filepath.Join(root, name)), name: name, db: sqlName, app: sqlName, su: "postgres", repl: "replicator"}
 	c.scripts = tl.mkdir(t, filepath.Join(c.root, "scripts"))
-	for name, content := range Files() {
+	// What the pods run: the scripts as shipped (Shipped), not their source.
+	for name, content := range Shipped() {
 		writeFile(t, filepath.Join(c.scripts, name), content)
 	}
 	writeFile(t, filepath.Join(c.scripts, "postgresql.conf"), testTier)

@@ -1,7 +1,8 @@
 // Package scripts embeds the shell scripts that the PostgreSQL pods and jobs
 // composed by function-database run, and says what each of them reads. The
-// function ships every file of Files() in the ConfigMap N-scripts (mounted
-// at /opt/database/scripts, env SCRIPTS_DIR), next to the keys
+// function ships every file of Files(), without its comments (Shipped), in
+// the ConfigMap N-scripts (mounted at /opt/database/scripts, env
+// SCRIPTS_DIR), next to the keys
 // postgresql.conf (the function's settings), primary (the ordinal it names
 // the primary), instances (their number) and initialized (value "true" once
 // the StatefulSet has first been ready). Scripts are started as

@@ -427,7 +427,8 @@ func normalize(t *testing.T, out []byte, randomPasswords bool) []byte {
 // reference to testdata/scripts.txt at the repository's root, the one golden
 // that holds them (the root package's TestGoldenScripts): a script edit then
 // changes that file, not every rendering. The content must be exactly the
-// embedded script, so the goldens stay as strict as when they held it.
+// script as shipped (scripts.Shipped), so the goldens stay as strict as when
+// they held it.
 func pinScripts(t *testing.T, doc string) string {
 	t.Helper()
 	var cm map[string]any
@@ -438,14 +439,14 @@ func pinScripts(t *testing.T, doc string) string {
 	if data == nil {
 		return doc
 	}
-	for name, want := range scripts.Files() {
+	for name, want := range scripts.Shipped() {
 		got, ok := data[name].(string)
 		if !ok {
 			t.Errorf("the rendered ConfigMap lacks %s", name)
 			continue
 		}
 		if got != want {
-			t.Errorf("the rendered ConfigMap's %s is not the embedded scripts/%s (-want +got):\n%s", name, name, cmp.Diff(want, got))
+			t.Errorf("the rendered ConfigMap's %s is not scripts/%s as shipped (-want +got):\n%s", name, name, cmp.Diff(want, got))
 		}
 		data[name] = "(scripts/" + name + ", pinned in testdata/scripts.txt)"
 	}
