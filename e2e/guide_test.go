@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // guideSection is the section of docs/operating.md (guidePage) whose

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // originalManifest is the manifest users of the original Database CRD have

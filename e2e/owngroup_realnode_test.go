@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // ownGroup is the API group TestOperate/OwnGroup moves the example's to.

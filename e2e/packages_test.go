@@ -7,11 +7,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/example/function-database/e2e/internal/crossplane"
-	"github.com/example/function-database/e2e/internal/kube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/example/function-database/e2e/internal/crossplane"
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 const (

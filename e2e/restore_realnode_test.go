@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/example/function-database/e2e/internal/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 // realRestoreRetry is the retry path of a restore on real pods (issue 12

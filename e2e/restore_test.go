@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/example/function-database/e2e/internal/kube"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/example/function-database/e2e/internal/kube"
 )
 
 var gvkJob = kube.GVK("batch/v1", "Job")

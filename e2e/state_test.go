@@ -130,13 +130,13 @@ func notConstant(v ast.Expr) string {
 		}
 		var why string
 		ast.Inspect(v, func(n ast.Node) bool {
-			switch n.(type) {
+			switch n := n.(type) {
 			case *ast.FuncLit:
 				why = "a literal with a function in it"
 			case *ast.CallExpr:
 				why = "a literal with a call in it"
 			case *ast.UnaryExpr:
-				if n.(*ast.UnaryExpr).Op == token.AND {
+				if n.Op == token.AND {
 					why = "a literal with a pointer in it"
 				}
 			}

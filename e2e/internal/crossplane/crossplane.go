@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -167,11 +168,11 @@ func Start(ctx context.Context, dir string, cl *cluster.Cluster, k *kube.Client,
 
 	// core init: CRDs and the TLS secrets. Its first try on a fresh API
 	// server can fail on discovery lag of the CRDs it has just made: retry.
-	initEnv := append(env[:len(env):len(env)],
-		"CRDS_PATH="+crds,
-		"TLS_CA_SECRET_NAME="+xpCASecret,
-		"TLS_CLIENT_SECRET_NAME="+xpClientSecret,
-	)
+	initEnv := slices.Concat(env, []string{
+		"CRDS_PATH=" + crds,
+		"TLS_CA_SECRET_NAME=" + xpCASecret,
+		"TLS_CLIENT_SECRET_NAME=" + xpClientSecret,
+	})
 	initLog := filepath.Join(dir, "logs", "crossplane-init.log")
 	var initErr error
 	for attempt := 1; attempt <= 8; attempt++ {
@@ -418,7 +419,7 @@ func (x *Stack) ServePackages(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("Configuration %s and its Function not Installed and Healthy: %s", ConfigurationName, last)
+	return fmt.Errorf("the Configuration %s and its Function not Installed and Healthy: %s", ConfigurationName, last)
 }
 
 func (x *Stack) Revision(ctx context.Context) (*unstructured.Unstructured, error) {

@@ -39,7 +39,7 @@ var crossplaneModule = sync.OnceValues(func() (string, error) {
 	var m struct{ Dir, Error string }
 	_ = json.Unmarshal(out, &m) // on failure, go prints Error in the JSON
 	if err != nil || m.Dir == "" {
-		return "", fmt.Errorf("go mod download crossplane %s: %v %s %s", chartVersion, err, m.Error, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("go mod download crossplane %s: %w %s %s", chartVersion, err, m.Error, strings.TrimSpace(stderr.String()))
 	}
 	return m.Dir, nil
 })
