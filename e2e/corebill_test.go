@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,16 +44,8 @@ func TestCoreBill(t *testing.T) {
 	const podsNS, dbsNS, databases = "bill-pods", "bill-dbs", 10
 	const window = 2 * time.Minute
 
-	// Core as a platform runs it (no --debug, the default poll interval),
-	// started afresh: its caches hold only what this test makes it read.
-	suiteArgs := s.xp.Core.Args
-	s.xp.Core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
-		return a == "--debug" || strings.HasPrefix(a, "--poll-interval=")
-	})
-	t.Cleanup(func() { s.xp.Core.Args = suiteArgs })
-	if err := s.xp.RestartCore(); err != nil {
-		t.Fatal(err)
-	}
+	// Started afresh: core's caches hold only what this test makes it read.
+	s.coreAsPlatformsRunIt(t)
 	procs := s.controlPlane()
 	atRest := func(t *testing.T, what string) {
 		c0, w0 := cpuOf(t, procs), time.Now()

@@ -110,19 +110,9 @@ func TestFleet(t *testing.T) {
 		u.SetNamespace(ns)
 		names[i] = database{gvk: u.GroupVersionKind(), ns: ns, name: u.GetName()}
 	}
-	// Crossplane core as a platform runs it: the suite's --debug logs and
-	// 15 s poll interval (for its scenarios' speed) would bill the fleet
-	// for four times the reconciles at rest and a log line per event. The
-	// function keeps its --debug: one line per request, which the
+	// The function keeps its --debug: one line per request, which the
 	// restarts below read.
-	suiteArgs := s.xp.Core.Args
-	s.xp.Core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
-		return a == "--debug" || strings.HasPrefix(a, "--poll-interval=")
-	})
-	t.Cleanup(func() { s.xp.Core.Args = suiteArgs })
-	if err := s.xp.RestartCore(); err != nil {
-		t.Fatal(err)
-	}
+	s.coreAsPlatformsRunIt(t)
 	procs := s.controlPlane()
 	t.Logf("%d Databases (spec %v) in %d namespaces, %d more kwok nodes; measuring %s", n, spec, fleetNamespaces, nodes, strings.Join(slices.Sorted(maps.Keys(procs)), ", "))
 
@@ -230,6 +220,23 @@ func TestFleet(t *testing.T) {
 				t.Errorf("%d of %d Databases Ready after %s", len(r), n, restart.name)
 			}
 		})
+	}
+}
+
+// coreAsPlatformsRunIt restarts Crossplane core without the suite's --debug
+// logs and 15 s poll interval (kept for its scenarios' speed), which would
+// bill a measurement for four times the reconciles at rest and a log line
+// per event; the suite's arguments come back when the test ends (for the
+// next restart).
+func (s *suite) coreAsPlatformsRunIt(t *testing.T) {
+	t.Helper()
+	suiteArgs := s.xp.Core.Args
+	s.xp.Core.Args = slices.DeleteFunc(slices.Clone(suiteArgs), func(a string) bool {
+		return a == "--debug" || strings.HasPrefix(a, "--poll-interval=")
+	})
+	t.Cleanup(func() { s.xp.Core.Args = suiteArgs })
+	if err := s.xp.RestartCore(); err != nil {
+		t.Fatal(err)
 	}
 }
 
