@@ -817,9 +817,14 @@ func (s *suite) testSpread(t *testing.T) {
 	if len(zones) != 3 {
 		t.Errorf("the instances are in zones %v, want three", zones)
 	}
-	if c := kube.GetCondition(d.get(t), "Scheduled"); c.Status != "True" || c.Reason != "OneNodeEach" {
-		t.Errorf("Scheduled %s/%s: %s", c.Status, c.Reason, c.Message)
-	}
+	// The condition is the function's reading of the pods at its last
+	// reconcile, which may be older than the StatefulSet's readiness that
+	// made the XR Ready (a pod still waiting for its claim then): the next
+	// reconcile (the suite's poll interval is 15 s) must say it.
+	eventually(t, syncWait, "Scheduled True (OneNodeEach)", func() (bool, string) {
+		c := kube.GetCondition(d.get(t), "Scheduled")
+		return c.Status == "True" && c.Reason == "OneNodeEach", fmt.Sprintf("Scheduled %s/%s: %s", c.Status, c.Reason, c.Message)
+	})
 
 	if _, err := s.k.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        narrow,
