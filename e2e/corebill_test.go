@@ -5,8 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +54,7 @@ func TestCoreBill(t *testing.T) {
 		<-time.After(window)
 		reportCPU(t, what, time.Since(w0), c0, cpuOf(t, procs))
 		reportMemory(t, procs)
-		t.Logf("core: %s resident, %s peak", procStatus(s.xp.Core, "VmRSS:"), procStatus(s.xp.Core, "VmHWM:"))
+		t.Logf("core: %s resident, %s peak; the API server serves %s", procStatus(s.xp.Core, "VmRSS:"), procStatus(s.xp.Core, "VmHWM:"), s.podWatches(ctx))
 	}
 
 	steps := []step{
@@ -103,7 +105,9 @@ func TestCoreBill(t *testing.T) {
 			s.ensureNamespace(t, dbsNS)
 			var dbs []database
 			for i := range databases {
-				u := newDatabase(t, fmt.Sprintf("bill-%02d", i), map[string]any{"size": "small"})
+				// Two instances: until both are ready the function asks
+				// core for their pods (one instance never needs them).
+				u := newDatabase(t, fmt.Sprintf("bill-%02d", i), map[string]any{"size": "medium", "backup.enabled": false})
 				u.SetNamespace(dbsNS)
 				dbs = append(dbs, s.create(t, u))
 			}
@@ -161,6 +165,37 @@ func (s *suite) runningPods(ctx context.Context, ns string) (int, error) {
 			return running, nil
 		}
 	}
+}
+
+// podWatches says how many watches of Pods the API server serves, by scope
+// (apiserver_longrunning_requests): the scheduler's, kwok's and the
+// controller manager's are there from the start; a cluster-wide watch more
+// once Databases exist is core's cache of Pods.
+func (s *suite) podWatches(ctx context.Context) string {
+	b, err := s.k.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return "? pod watches (" + err.Error() + ")"
+	}
+	by := map[string]float64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "apiserver_longrunning_requests{") || !strings.Contains(l, `resource="pods"`) || !strings.Contains(l, `verb="WATCH"`) {
+			continue
+		}
+		scope := "?"
+		if _, rest, ok := strings.Cut(l, `scope="`); ok {
+			scope, _, _ = strings.Cut(rest, `"`)
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			by[scope] += v
+		}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, by[k]))
+	}
+	return "watches of Pods: " + strings.Join(parts, ", ")
 }
 
 // procStatus is one field of a process's /proc status (VmRSS:, VmHWM:).
