@@ -1,7 +1,6 @@
 package scripts
 
 import (
-	"bytes"
 	"maps"
 	"strings"
 	"sync"
@@ -40,7 +39,7 @@ var shipped = sync.OnceValue(func() map[string]string {
 // strip parses a script without its comments and prints it back, with tabs
 // for indentation.
 func strip(name, src string) (string, error) {
-	f, err := parse(name, src, false)
+	f, err := parse(name, src)
 	if err != nil {
 		return "", err
 	}
@@ -52,6 +51,7 @@ func strip(name, src string) (string, error) {
 	return b.String(), nil
 }
 
-func parse(name, src string, comments bool) (*syntax.File, error) {
-	return syntax.NewParser(syntax.KeepComments(comments), syntax.Variant(syntax.LangBash)).Parse(bytes.NewReader([]byte(src)), name)
+// parse reads a script as bash, leaving its comments out.
+func parse(name, src string) (*syntax.File, error) {
+	return syntax.NewParser(syntax.KeepComments(false), syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(src), name)
 }

@@ -66,7 +66,7 @@ func TestShippedCopies(t *testing.T) {
 
 func printed(t *testing.T, name, src string) string {
 	t.Helper()
-	f, err := parse(name, src, false)
+	f, err := parse(name, src)
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
