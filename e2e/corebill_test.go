@@ -33,14 +33,7 @@ import (
 // reads cost. Opt-in (hack/core-bill.sh N): it takes minutes, leaves the
 // pods behind, and needs the machine to itself.
 func TestCoreBill(t *testing.T) {
-	size := os.Getenv("E2E_CORE_BILL")
-	if size == "" {
-		t.Skip("the core bill runs on purpose: hack/core-bill.sh [N]")
-	}
-	n, err := strconv.Atoi(size)
-	if err != nil || n < 1 {
-		t.Fatalf("E2E_CORE_BILL %q: want a positive number of pods", size)
-	}
+	n := optInCount(t, "E2E_CORE_BILL", "hack/core-bill.sh [N]")
 	s := env
 	ctx := context.Background()
 	const podsNS, dbsNS, databases = "bill-pods", "bill-dbs", 10

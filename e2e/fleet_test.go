@@ -40,14 +40,7 @@ import (
 // still Ready. Not part of the full run: `hack/fleet.sh [N]` runs it
 // alone (it leaves the fleet behind).
 func TestFleet(t *testing.T) {
-	size := os.Getenv("E2E_FLEET")
-	if size == "" {
-		t.Skip("the fleet runs on purpose: hack/fleet.sh [N]")
-	}
-	n, err := strconv.Atoi(size)
-	if err != nil || n < 1 {
-		t.Fatalf("E2E_FLEET %q: want a positive number", size)
-	}
+	n := optInCount(t, "E2E_FLEET", "hack/fleet.sh [N]")
 	readyWithin := 5 * time.Minute
 	if v := os.Getenv("E2E_FLEET_READY_MINUTES"); v != "" {
 		m, err := strconv.Atoi(v)
@@ -221,6 +214,22 @@ func TestFleet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// optInCount is the size of a measurement that runs on purpose: the
+// positive number in the environment variable name, or a skip naming the
+// command that sets it.
+func optInCount(t *testing.T, name, command string) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skipf("runs on purpose: %s", command)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s %q: want a positive number", name, v)
+	}
+	return n
 }
 
 // coreAsPlatformsRunIt restarts Crossplane core without the suite's --debug
