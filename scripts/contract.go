@@ -234,7 +234,7 @@ var Contract = []Script{
 	},
 	{
 		Name: PreStop,
-		Does: "The postgres container's preStop hook (the container's environment). On a primary with a streaming standby it waits, asking postgres every second, until the instance is no longer the primary (a switchover Job promoted a standby: the function composes one when the primary's pod is being deleted), no standby streams, postgres stops answering, or DRAIN_WAIT_SECONDS passed; then the kubelet's stop signal shuts postgres down. A standby returns at once. Always ends 0.",
+		Does: "The postgres container's preStop hook (the container's environment). On a primary with a streaming standby it waits, asking postgres every second, until the instance is no longer the primary (a switchover Job promoted a standby: the function composes one when the primary's pod is being deleted), no standby streams, postgres stops answering (SILENT_LOOKS queries in a row), or DRAIN_WAIT_SECONDS passed; then the kubelet's stop signal shuts postgres down. A standby returns at once. Always ends 0.",
 		Env: []Var{
 			{Name: EnvPGHost, Need: Required, Meaning: "the socket directory"},
 			{Name: EnvPGPort, Need: Required, Meaning: "the port"},
@@ -245,6 +245,7 @@ var Contract = []Script{
 			{Name: EnvAdminSecretDir, Need: Expected, Meaning: "the superuser Secret's mount: the role it connects as (else postgres)", Files: adminFiles("username")},
 			{Name: "DRAIN_WAIT_SECONDS", Need: Optional, Default: "45", Meaning: "the longest a primary waits for a switchover, within the pod's grace of 60 s"},
 			{Name: "PROBE_QUERY_TIMEOUT", Need: Optional, Default: "3", Meaning: "seconds a query may take"},
+			{Name: "SILENT_LOOKS", Need: Optional, Default: "5", Meaning: "failed queries in a row taken for a postgres that stopped answering (one failure is asked again: the switchover Job ends the primary's sessions, the hook's own among them)"},
 		},
 	},
 	{

@@ -25,7 +25,9 @@
 # Environment (the postgres container's): PGHOST (socket dir), PGPORT,
 # SCRIPTS_DIR (the ConfigMap's mount: switchover-on-stop); optional PGDATA (a standby returns at once: standby.signal),
 # ADMIN_SECRET_DIR (its username is the role it connects as, else postgres),
-# DRAIN_WAIT_SECONDS (default 45), PROBE_QUERY_TIMEOUT (default 3).
+# DRAIN_WAIT_SECONDS (default 45), PROBE_QUERY_TIMEOUT (default 3),
+# SILENT_LOOKS (default 5: failed queries in a row taken for a postgres that
+# stopped answering).
 #
 # Its lines go to the server's log (RAISE LOG: the container's log), as a
 # hook's own output is kept nowhere (the kubelet shows it only when the
@@ -62,9 +64,24 @@ note() {
 		-c "SET prestop.note = 'prestop: $m'" -c "DO 'BEGIN RAISE LOG ''%'', current_setting(''prestop.note''); END'" >/dev/null 2>&1 || true
 }
 
-start=$(now_ms) waited=''
+# A query that fails is asked again, up to SILENT_LOOKS times in a row: one
+# failure is no answer. The switchover Job ends every client session of the
+# primary when it fences it, this hook's own query among them when they
+# meet (seen on several real nodes: the hook took the killed query for a
+# stopped postgres, let the kubelet stop it under the Job, and the
+# switchover became a failover).
+SILENT_LOOKS=${SILENT_LOOKS:-5}
+require_int SILENT_LOOKS 1
+start=$(now_ms) waited='' silent=0
 while (($(now_ms) - start < DRAIN_WAIT_SECONDS * 1000)); do
-	row=$(sql "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming')") || row=''
+	if ! row=$(sql "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming')"); then
+		if ((++silent < SILENT_LOOKS)); then
+			sleep 1
+			continue
+		fi
+		row=''
+	fi
+	silent=0
 	IFS='|' read -r recovery streaming <<<"$row"
 	if [[ $recovery != f ]]; then
 		[[ -z $waited ]] || note "the primary moved (this instance answers ${recovery:-nothing}): stopping"

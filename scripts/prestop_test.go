@@ -71,6 +71,32 @@ func TestPreStop(t *testing.T) {
 		t.Fatalf("the hook returned after %s with a standby streaming and no switchover", r.took)
 	default:
 	}
+	// Queries that fail are no answer: no connection to the hook's
+	// database is accepted until two of its rounds were refused (as when
+	// the switchover Job ends the primary's sessions, the hook's own
+	// among them), and the hook waits on. Before SILENT_LOOKS it returned
+	// at the first failed query and the kubelet stopped the primary under
+	// the switchover.
+	const refused = `database "postgres" is not currently accepting connections`
+	before := strings.Count(p.logs(), refused)
+	c.superSQL(t, p, "template1", "ALTER DATABASE postgres ALLOW_CONNECTIONS false")
+	waitFor(t, 30*time.Second, "two of the hook's rounds refused", func() error {
+		select {
+		case r := <-done:
+			t.Fatalf("the hook returned after %s at a failed query (SILENT_LOOKS 5):\n%s", r.took, tail(p.logs(), 10))
+		default:
+		}
+		if n := strings.Count(p.logs(), refused) - before; n < 2 {
+			return fmt.Errorf("%d refused so far", n)
+		}
+		return nil
+	})
+	c.superSQL(t, p, "template1", "ALTER DATABASE postgres ALLOW_CONNECTIONS true")
+	select {
+	case r := <-done:
+		t.Fatalf("the hook returned after %s when two of its queries failed (SILENT_LOOKS 5):\n%s", r.took, tail(p.logs(), 10))
+	default:
+	}
 	r := c.runFailover(t, []int{p.port, s.port}, 0, 0, "MODE=switchover", "TARGET_ORDINAL=1")
 	promoted := time.Now()
 	if out := r.outcome(t); out["result"] != "promoted" || out["to"] != 1.0 {
