@@ -55,7 +55,26 @@ const (
 // objectStore is the running S3 server and where its bucket is on disk.
 type objectStore struct {
 	bucketDir string
+	host      string // the S3 endpoint's name, as the pods reach it
 	proc      *proc.Proc
+}
+
+// archiveInput sets the function input's objectStorage to this store, with
+// the drill given: what the archived Compositions of TestBackups and the
+// pool's of TestNodes share.
+func (o *objectStore) archiveInput(drill map[string]any) func(map[string]any) {
+	return func(input map[string]any) {
+		input["objectStorage"] = map[string]any{
+			"endpoint": o.host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
+			"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
+			"archiveTimeoutSeconds": int64(10),
+			// A failing archive is a condition within a minute.
+			"checkMinutes": int64(1),
+			"drill":        drill,
+			// backups-copy may restore backups-real's archives.
+			"crossNamespaceRestores": []any{map[string]any{"from": backupsNamespace, "to": backupsCopyNamespace}},
+		}
+	}
 }
 
 // objectStorage starts the S3 server and the Composition that archives to
@@ -84,6 +103,7 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 		return nil, err
 	}
 	host := s3Service + "." + s3Namespace + ".svc.cluster.local"
+	o.host = host
 	// pgBackRest checks DNS names only (an IP SAN is ignored).
 	certPEM, keyPEM, err := ca.Issue(pki.CertSpec{CommonName: host, DNSNames: []string{host}, Server: true})
 	if err != nil {
@@ -150,26 +170,12 @@ func (s *suite) startObjectStorage(ctx context.Context) (*objectStore, error) {
 	if _, err := cs.CoreV1().Secrets(s3SecretNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	storage := func(drill map[string]any) func(map[string]any) {
-		return func(input map[string]any) {
-			input["objectStorage"] = map[string]any{
-				"endpoint": host + ":443", "bucket": s3Bucket, "uriStyle": "Path",
-				"secretRef":             map[string]any{"name": s3SecretName, "namespace": s3SecretNamespace},
-				"archiveTimeoutSeconds": int64(10),
-				// A failing archive is a condition within a minute.
-				"checkMinutes": int64(1),
-				"drill":        drill,
-				// backups-copy may restore backups-real's archives.
-				"crossNamespaceRestores": []any{map[string]any{"from": backupsNamespace, "to": backupsCopyNamespace}},
-			}
-		}
-	}
 	// The archived Databases drill only when asked (a drill of their own
 	// would compete for the node's two cores with the faults they test).
-	if err := s.applyComposition(ctx, archivedComposition, storage(map[string]any{"enabled": false})); err != nil {
+	if err := s.applyComposition(ctx, archivedComposition, o.archiveInput(map[string]any{"enabled": false})); err != nil {
 		return o, err
 	}
-	return o, s.applyComposition(ctx, drilledComposition, storage(map[string]any{"schedule": "* * * * *"}))
+	return o, s.applyComposition(ctx, drilledComposition, o.archiveInput(map[string]any{"schedule": "* * * * *"}))
 }
 
 // repository is where a Database's pgBackRest repository is in the bucket.
@@ -648,39 +654,66 @@ func (s *suite) archiveFollowsFailover(t *testing.T, store *objectStore, ns, db 
 		t.Error("no 00000002.history in the bucket: a restore could not follow the new timeline")
 	}
 	// The check CronJob (every minute here) says so in WALArchive.
+	s.waitArchiving(t, d, ns)
+	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
+
+	// A full backup on the Database's schedule, taken by the promoted
+	// primary.
+	asked := time.Now()
+	label, _ := s.fullBackupNow(t, repo, ns, db, db+"-1")
+	t.Logf("full backup %s on request, taken by the promoted primary %s after the Job's creation", label, time.Since(asked).Round(time.Second))
+}
+
+// waitArchiving waits for the Database's WALArchive condition to say
+// Archiving (the archive check CronJob runs every minute here).
+func (s *suite) waitArchiving(t *testing.T, d database, ns string) {
+	t.Helper()
 	eventually(t, 3*time.Minute, "WALArchive True", func() (bool, string) {
 		c := kube.GetCondition(d.get(t), "WALArchive")
 		return c.Status == "True" && c.Reason == "Archiving", fmt.Sprintf("%s %s: %s; jobs: %s", c.Status, c.Reason, c.Message, s.jobsState(ns))
 	})
-	t.Logf("WALArchive True %s after creation", time.Since(start).Round(time.Second))
+}
 
-	// A full backup on the Database's schedule (CronJob N-full, run now as
-	// its schedule would): its pod asks whichever instance is primary, the
-	// promoted one's sidecar takes it, and the Job ends with the answer.
+// fullBackupNow runs the Database's full backup CronJob (N-full) now, as its
+// schedule would: its Job's pod asks whichever instance is primary, the
+// primary's sidecar takes the backup, and the Job ends with the answer. It
+// returns the new backup's label (the one primary's sidecar names for this
+// Job, new in the repository's backup.info) and the node the Job's pod ran
+// on.
+func (s *suite) fullBackupNow(t *testing.T, repo, ns, db, primary string) (label, node string) {
+	t.Helper()
 	before := fullBackups(t, repo)
-	asked := time.Now()
 	job := s.runCronJobNow(t, ns, db+"-full")
 	eventually(t, 4*time.Minute, "Job "+job+" succeeded", func() (bool, string) {
 		j, err := s.k.CS.BatchV1().Jobs(ns).Get(context.Background(), job, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		return j.Status.Succeeded > 0, fmt.Sprintf("active=%d failed=%d; sidecar of %s-1: %s", j.Status.Active, j.Status.Failed, db, lastLines(s.podLog(ns, db+"-1", "password-sync"), 3))
+		return j.Status.Succeeded > 0, fmt.Sprintf("active=%d failed=%d; sidecar of %s: %s", j.Status.Active, j.Status.Failed, primary, lastLines(s.podLog(ns, primary, "password-sync"), 3))
 	})
+	pods, err := s.k.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded {
+			node = p.Spec.NodeName
+		}
+	}
 	// The backup taken for this Job's pod: the CronJob's own schedule may
 	// have asked for another meanwhile (the Database keeps README's
 	// "0 2 * * *", and a run at 02:00 did).
-	log := s.podLog(ns, db+"-1", "password-sync")
+	log := s.podLog(ns, primary, "password-sync")
 	m := regexp.MustCompile(`full backup (\S+) taken \(stopped [^)]*\) for `+regexp.QuoteMeta(job)+`-`).FindAllStringSubmatch(log, -1)
 	if len(m) != 1 {
-		t.Fatalf("the promoted primary's sidecar names %d backups taken for Job %s, want 1:\n%s", len(m), job, lastLines(log, 10))
+		t.Fatalf("the primary %s's sidecar names %d backups taken for Job %s, want 1:\n%s", primary, len(m), job, lastLines(log, 10))
 	}
-	label := m[0][1]
+	label = m[0][1]
 	after := fullBackups(t, repo)
 	if !slices.Contains(after, label) || slices.Contains(before, label) {
 		t.Fatalf("full backups in the bucket %v after the Job, were %v: want %s among the new ones", after, before, label)
 	}
-	t.Logf("full backup %s on request, taken by the promoted primary %s after the Job's creation", label, time.Since(asked).Round(time.Second))
+	return label, node
 }
 
 // fullBackups are the labels of the full backups in a repository's

@@ -285,5 +285,5 @@ func (s *suite) functionNodeDies(t *testing.T, d database, ns, db, writerName st
 		}
 		return all, strings.Join(seen, "; ")
 	}, func() string { return s.functionReach(ctx, pods) })
-	s.primaryNodeDiesAs(t, "FunctionNodeDies", d, ns, db, writerName, where, 6*time.Minute)
+	s.primaryNodeDiesAs(t, "FunctionNodeDies", d, ns, db, writerName, where, 6*time.Minute, nil)
 }
