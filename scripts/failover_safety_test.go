@@ -407,6 +407,75 @@ func TestRejoinAfterKillWithStaleLock(t *testing.T) {
 	}
 }
 
+// TestRejoinAfterSlotLost: the former primary's node stays down while the
+// new primary writes more WAL than max_slot_wal_keep_size (in e2e
+// TestNodes/PrimaryNodeDies: 2m42s down, a segment switched every 10 s by
+// archive_timeout, 128MB of slot bound on a 1Gi volume). Its slot, made at
+// the promotion, is invalidated and the WAL after the fork removed. The
+// rewind succeeds (pg_rewind copies what the source still has), but the
+// rewound copy must replay from before the fork to the source's end: it
+// waits for a segment the primary no longer has, never consistent, so it
+// never answered the sidecar's slot check and waited forever (the e2e
+// timed out after 5 minutes). The sidecar now reads such a standby's facts
+// from disk, and the copy is cloned again.
+func TestRejoinAfterSlotLost(t *testing.T) {
+	t.Parallel()
+	c, p, s := divergedFailover(t, "ls-db", 1000)
+	slot := strings.ReplaceAll(p.pod, "-", "_")
+	// The slot the failover Job makes on the promoted one (create_slots).
+	c.superSQL(t, s, "postgres", "SELECT pg_create_physical_replication_slot('"+slot+"', true)")
+	c.appSQL(t, s, "CREATE TABLE filler(id int, pad text)")
+	start := time.Now()
+	waitFor(t, 4*time.Minute, "slot "+slot+" lost on the new primary", func() error {
+		c.appSQL(t, s, "INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 200000) g")
+		c.superSQL(t, s, "postgres", "SELECT pg_switch_wal()")
+		c.superSQL(t, s, "postgres", "CHECKPOINT")
+		if got := c.superSQL(t, s, "postgres", "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '"+slot+"'"); got != "lost" {
+			return fmt.Errorf("wal_status %q", got)
+		}
+		return nil
+	})
+	t.Logf("timing: slot lost after %v of writes", time.Since(start).Round(time.Millisecond))
+
+	writeFile(t, filepath.Join(c.scripts, "primary"), "1\n")
+	primaryPort := fmt.Sprintf("PRIMARY_PORT=%d", s.port)
+	p.start(t, primaryPort)
+	// Rewound, started, and refusing connections: not consistent.
+	waitFor(t, 2*time.Minute, p.pod+" rewound and waiting for WAL", func() error {
+		if !strings.Contains(p.lastLog(), "rewound onto the primary") {
+			return errors.New("not rewound yet")
+		}
+		_, err := c.psql(p.port, c.su, suPassword, "postgres", "SELECT 1")
+		if err == nil || !strings.Contains(err.Error(), "not yet accepting connections") {
+			return fmt.Errorf("want a server refusing connections until consistent, got %w", err)
+		}
+		return nil
+	})
+	if err := p.probe("ready"); err == nil {
+		t.Errorf("probe ready: a copy that cannot become consistent is ready")
+	}
+	out, err := c.script(time.Minute, append(p.env(primaryPort), "SYNC_ONCE=1"), SyncPasswords)
+	if err != nil || !strings.Contains(out, "invalidated slot "+slot) || !strings.Contains(out, "it is not consistent") {
+		t.Fatalf("sidecar: want the clone marked for a new clone: %v\n%s", err, tail(out, 20))
+	}
+	if err := p.probe("live"); err == nil || !strings.Contains(err.Error(), "cannot replicate any more") {
+		t.Fatalf("probe live: %v, want a failure that restarts the container", err)
+	}
+	// The kubelet restarts the container: it clones again and streams.
+	p.stop(t)
+	want := c.tableChecksums(t, s, c.db)
+	p.start(t, primaryPort)
+	took := p.waitReady(t, 180*time.Second)
+	t.Logf("timing: former primary cloned again and ready in %v", took.Round(time.Millisecond))
+	if log := p.lastLog(); !strings.Contains(log, "clone completed") {
+		t.Errorf("log: want a clone:\n%s", tail(log, 25))
+	}
+	c.waitReplayed(t, s, p)
+	if diff := cmp.Diff(want, c.tableChecksums(t, p, c.db)); diff != "" {
+		t.Errorf("tables (-new primary +former primary):\n%s", diff)
+	}
+}
+
 // TestPrimaryRefusesStandbyData: the ConfigMap key primary names an
 // ordinal whose data is a standby's that was never promoted (edited by
 // hand, or the ConfigMap and status lost). Before the fix the entrypoint

@@ -184,7 +184,8 @@ sync_sql() {
 #   - the primary is another cluster (its system identifier differs from this
 #     standby's: re-created by initdb): nothing it sends can be replayed.
 # Only when the primary itself ANSWERS with one of these, and this standby is
-# in recovery and not streaming, does it turn the clone into an unfinished one
+# in recovery and not streaming (or not even consistent yet, when it cannot
+# answer a query: standby_not_consistent), does it turn the clone into an unfinished one
 # (clone marker removed, reason in database.reclone): the liveness probe then
 # restarts the postgres container, and entrypoint.sh wipes and clones it
 # again. A primary that does not answer changes nothing: this standby may
@@ -214,13 +215,34 @@ diverged_from_primary() {
 	printf 'this standby replayed timeline %s past %s, where the primary'\''s timeline %s forked off it\n' "$mine" "$fork" "$primary_tli"
 }
 
+# standby_not_consistent: for a standby whose postgres runs but refuses
+# connections because it has not reached a consistent state (a former
+# primary rewound onto the new one replays up to the point pg_rewind
+# copied; a clone resuming), check_lost_slot's facts from disk, in the
+# form of its query: "true|not consistent|SYSTEM_IDENTIFIER". Such a copy
+# may wait for WAL the primary no longer has ("requested WAL segment ...
+# has already been removed": its slot was invalidated while its node was
+# down, seen in e2e TestNodes/PrimaryNodeDies) and would wait forever,
+# never answering a query, had the check needed one. Fails for anything
+# else (postgres not running at all: the entrypoint is at work).
+standby_not_consistent() {
+	local rc=0 sysid
+	[[ -f $PGDATA/standby.signal ]] || return 1
+	pg_isready -q -t 5 -h "$PGHOST" -p "$PGPORT" || rc=$?
+	((rc == 1)) || return 1
+	sysid=$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database system identifier: *//p')
+	[[ $sysid =~ ^[0-9]+$ ]] || return 1
+	printf 'true|not consistent|%s\n' "$sysid"
+}
+
 check_lost_slot() {
 	local su su_pw here_state here_sysid slot answer primary_sysid wal_status passfile reason
 	[[ -n $PRIMARY_HOST && -f $CLONE_MARKER ]] || return 0
 	read_file_into su "$ADMIN_SECRET_DIR/username" || return 1
 	read_file_into su_pw "$ADMIN_SECRET_DIR/password" || return 1
 	here_state=$(psql -X -A -t -q -h "$PGHOST" -p "$PGPORT" -U "$su" -d postgres -c \
-		"SELECT pg_is_in_recovery()::text || '|' || coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || '|' || (SELECT system_identifier FROM pg_control_system())" 2>/dev/null) || return 1
+		"SELECT pg_is_in_recovery()::text || '|' || coalesce((SELECT status FROM pg_stat_wal_receiver), 'none') || '|' || (SELECT system_identifier FROM pg_control_system())" 2>/dev/null) ||
+		here_state=$(standby_not_consistent) || return 1
 	here_sysid=${here_state##*|}
 	here_state=${here_state%|*}
 	[[ $here_state == true\|* && $here_state != *\|streaming ]] || return 0
@@ -230,7 +252,7 @@ check_lost_slot() {
 	slot=$(slot_name)
 	answer=$(psql -X -A -t -q -v slot="$slot" \
 		-d "host=$(conninfo_quote "$PRIMARY_HOST") port=$PRIMARY_PORT user=$(conninfo_quote "$su") dbname=postgres passfile=$(conninfo_quote "$passfile") connect_timeout=5" \
-		<<<"SELECT (SELECT system_identifier FROM pg_control_system()) || '|' || coalesce((SELECT wal_status FROM pg_replication_slots WHERE slot_name = :'slot'), 'missing')" 2>/dev/null) || return 1
+		<<<"SELECT (SELECT system_identifier FROM pg_control_system()) || '|' || coalesce((SELECT coalesce(wal_status, 'unreserved') FROM pg_replication_slots WHERE slot_name = :'slot'), 'missing')" 2>/dev/null) || return 1
 	primary_sysid=${answer%%|*}
 	wal_status=${answer#*|}
 	# Anything but a well-formed answer (and a well-formed identifier here) is
