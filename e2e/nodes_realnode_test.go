@@ -90,6 +90,14 @@ func (s *suite) startPool(t *testing.T, store *objectStore) {
 		delete(input, "spread") // the default: Required
 		input["storageClassName"] = poolClass
 		store.archiveInput(map[string]any{"enabled": false})(input)
+		// The default archive_timeout (60 s), not TestBackups' 10 s: each
+		// timeout with a write switches to a new 16MB segment, and a 1Gi
+		// volume's slot bound (128MB) then lasted 80 s of a node's death;
+		// PrimaryNodeDies keeps the node down longer (BackupAfterNodeLoss
+		// runs meanwhile), its slot was invalidated and the old primary
+		// could only be cloned, not rewound (docs/limits.md; scripts
+		// TestRejoinAfterSlotLost proves that path).
+		delete(input["objectStorage"].(map[string]any), "archiveTimeoutSeconds")
 	}); err != nil {
 		t.Fatalf("Composition %s: %v", poolComposition, err)
 	}
