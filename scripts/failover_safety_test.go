@@ -446,8 +446,11 @@ func TestRejoinAfterSlotLost(t *testing.T) {
 			return errors.New("not rewound yet")
 		}
 		_, err := c.psql(p.port, c.su, suPassword, "postgres", "SELECT 1")
-		if err == nil || !strings.Contains(err.Error(), "not yet accepting connections") {
-			return fmt.Errorf("want a server refusing connections until consistent, got %w", err)
+		if err == nil {
+			return errors.New("it accepts connections: want a server refusing them until consistent")
+		}
+		if !strings.Contains(err.Error(), "not yet accepting connections") {
+			return fmt.Errorf("want a server refusing connections until consistent: %w", err)
 		}
 		return nil
 	})
