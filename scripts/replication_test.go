@@ -266,17 +266,7 @@ func TestReplication(t *testing.T) {
 		s2.stop(t)
 		// More WAL than max_slot_wal_keep_size (128MB in testTier) while s2
 		// is down: the primary invalidates its slot at a checkpoint.
-		start := time.Now()
-		waitFor(t, 4*time.Minute, "slot "+slot+" lost on the primary", func() error {
-			c.appSQL(t, p, `INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 200000) g`)
-			c.superSQL(t, p, "postgres", "SELECT pg_switch_wal()")
-			c.superSQL(t, p, "postgres", "CHECKPOINT")
-			if got := c.superSQL(t, p, "postgres", "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '"+slot+"'"); got != "lost" {
-				return fmt.Errorf("wal_status %q", got)
-			}
-			return nil
-		})
-		t.Logf("timing: slot lost after %v of writes", time.Since(start).Round(time.Millisecond))
+		c.writeUntilSlotLost(t, p, slot)
 		s2.start(t)
 		// It starts, stale: it cannot stream, so it is never ready.
 		waitFor(t, 60*time.Second, s2.pod+" accepting connections", func() error {
@@ -341,4 +331,23 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// writeUntilSlotLost writes to table filler on the primary p (switching
+// segments and checkpointing) until p has invalidated the replication slot:
+// more WAL than max_slot_wal_keep_size (128MB in testTier) while its
+// standby is away.
+func (c *cluster) writeUntilSlotLost(t *testing.T, p *instance, slot string) {
+	t.Helper()
+	start := time.Now()
+	waitFor(t, 4*time.Minute, "slot "+slot+" lost on "+p.pod, func() error {
+		c.appSQL(t, p, `INSERT INTO filler SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 200000) g`)
+		c.superSQL(t, p, "postgres", "SELECT pg_switch_wal()")
+		c.superSQL(t, p, "postgres", "CHECKPOINT")
+		if got := c.superSQL(t, p, "postgres", "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '"+slot+"'"); got != "lost" {
+			return fmt.Errorf("wal_status %q", got)
+		}
+		return nil
+	})
+	t.Logf("timing: slot lost after %v of writes", time.Since(start).Round(time.Millisecond))
 }
