@@ -419,11 +419,39 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// primary (found) and promote nothing: promoting another standby
 		// would lose what the live primary acknowledged since the edit.
 		standby := (int(from[len(from)-1]-'0') + 1) % 3
-		patch := fmt.Sprintf(`{"data":{"primary":"%d"}}`, standby)
-		if _, err := s.k.CS.CoreV1().ConfigMaps(ns).Patch(ctx, db+"-scripts", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
+		named, key := fmt.Sprintf("%s-%d", db, standby), strconv.Itoa(standby)
+		edit := func() {
+			patch := fmt.Sprintf(`{"data":{"primary":"%s"}}`, key)
+			if _, err := s.k.CS.CoreV1().ConfigMaps(ns).Patch(ctx, db+"-scripts", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		t.Logf("edited key primary of %s-scripts to %d (%s-%d, a standby)", db, standby, db, standby)
+		edit()
+		t.Logf("edited key primary of %s-scripts to %d (%s, a standby)", db, standby, named)
+		// The fault happened once the function took the key (it names the
+		// standby in status.primary). A reconcile whose function call read
+		// the ConfigMap before the edit applies the key back when it ends
+		// (Crossplane's apply owns it): the edit never happened, nothing
+		// fails over, and the wait below never ends (soak seed 20261208,
+		// round 13, after a durability change and replaced standbys).
+		// Before the function took it, nothing else rewrites the key: the
+		// Job starts only once the standby named turns unready (120 s).
+		reEdits := 0
+		eventually(t, 90*time.Second, "the function names "+named+" the primary", func() (bool, string) {
+			if got := str(d.get(t), "status", "primary"); got == named {
+				return true, ""
+			}
+			cm, err := s.k.CS.CoreV1().ConfigMaps(ns).Get(ctx, db+"-scripts", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if got := cm.Data["primary"]; got != key && reEdits < 3 {
+				reEdits++
+				edit()
+				t.Logf("key primary was %s again before the function took the edit (a reconcile that read it before): edited again (%d)", got, reEdits)
+			}
+			return false, "key primary " + cm.Data["primary"] + ", status.primary " + str(d.get(t), "status", "primary")
+		})
 		eventually(t, 6*time.Minute, "the failover Job found "+from+" the primary again", func() (bool, string) {
 			u := d.get(t)
 			why := str(u, "status", "failover", "last", "reason")
