@@ -438,7 +438,8 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 		// Job starts only once the standby named turns unready (120 s).
 		reEdits := 0
 		eventually(t, 90*time.Second, "the function names "+named+" the primary", func() (bool, string) {
-			if got := str(d.get(t), "status", "primary"); got == named {
+			primary := str(d.get(t), "status", "primary")
+			if primary == named {
 				return true, ""
 			}
 			cm, err := s.k.CS.CoreV1().ConfigMaps(ns).Get(ctx, db+"-scripts", metav1.GetOptions{})
@@ -450,7 +451,7 @@ func (s *suite) disturbThePrimary(t *testing.T, d database, ns, db, writerName, 
 				edit()
 				t.Logf("key primary was %s again before the function took the edit (a reconcile that read it before): edited again (%d)", got, reEdits)
 			}
-			return false, "key primary " + cm.Data["primary"] + ", status.primary " + str(d.get(t), "status", "primary")
+			return false, "key primary " + cm.Data["primary"] + ", status.primary " + primary
 		})
 		eventually(t, 6*time.Minute, "the failover Job found "+from+" the primary again", func() (bool, string) {
 			u := d.get(t)
