@@ -87,6 +87,10 @@ func TestFailover(t *testing.T) {
 		// the last acknowledged commits, so the Job holds (Failover
 		// Held) until that standby answers again, then promotes.
 		{"StandbyLostWithPrimary", "freeze-with-standby", "sync", "scripts' TestFailoverSyncHoldsWithoutEveryStandby (real PostgreSQL servers)"},
+		// The one standby that acknowledged the last commits (sync) lags
+		// in replay at the loss, and keeps replaying slowly: it must be
+		// promoted, not skipped for the other (lagging_realnode_test.go).
+		{"LaggingStandby", "freeze-lagging", "sync", ""},
 	}
 	var table []step
 	for _, l := range losses {
@@ -231,11 +235,17 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		held = s.holdTransaction(t, ns, db, from)
 	}
 
+	// freeze-lagging: the standbys made to lag before the loss.
+	var lag *laggingStandby
+	if how == "freeze-lagging" {
+		lag = s.lagTheStandbys(t, ns, db, from)
+	}
+
 	restarts := postgresRestarts(pod)
 	lost := time.Now()
 	var thaw func()
 	switch how {
-	case "freeze", "freeze-session", "freeze-core-down", "freeze-with-standby":
+	case "freeze", "freeze-session", "freeze-core-down", "freeze-with-standby", "freeze-lagging":
 		// Every postgres process of the pod stops, the postmaster included
 		// (only the host can stop a container's init): a hung primary, and
 		// one that hangs again each time its kubelet restarts it (a disk
@@ -246,6 +256,9 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		defer thaw()
 	}
 	switch how {
+	case "freeze-lagging":
+		lag.receiverBack(t)
+		s.replayThrottled(t, ns, db, lag)
 	case "freeze-with-standby":
 		standby := ""
 		for k := range 3 {
@@ -310,6 +323,9 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	to := s.waitPrimaryMoved(t, d, ns, db, from, 4*time.Minute, "a standby promoted in place of "+from)
 	promoted := time.Now()
 	t.Logf("%s: %s promoted in place of %s after %s", how, to, from, promoted.Sub(lost).Round(time.Second))
+	if lag != nil {
+		s.checkLagging(t, ns, to, lag)
+	}
 	if how == "partition" {
 		// The isolation fence: the old primary's sidecar stopped postgres
 		// before anything could promote a standby (its pod turned unready
