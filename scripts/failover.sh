@@ -49,7 +49,8 @@
 # planned switchover (MODE default failover); FENCE_SECONDS (default 0: no
 # fence beyond the grace); optional GRACE_SECONDS (default 10),
 # STARTING_MAX_SECONDS (default 120), STALL_LOOKS (default 3),
-# CANDIDATE_ROUNDS (default 15), STATE_DIR (default /tmp), PEER_TIMEOUT
+# CANDIDATE_ROUNDS (default 15), PROMOTE_WAIT_SECONDS (default 60),
+# STATE_DIR (default /tmp), PEER_TIMEOUT
 # (default 2), TERMINATION_LOG (default /dev/termination-log), FAILOVER_HOSTS
 # (tests: space-separated host:port by ordinal, replacing
 # N-k.PEER_DOMAIN:PGPORT).
@@ -67,6 +68,15 @@ GRACE_SECONDS=${GRACE_SECONDS:-10}
 require_int GRACE_SECONDS 0
 FENCE_SECONDS=${FENCE_SECONDS:-0}
 require_int FENCE_SECONDS 0
+# PROMOTE_WAIT_SECONDS: how long the chosen standby's replay may take to
+# settle before the promotion is asked, and how long pg_promote waits at
+# once (the wait goes on while the replay advances: promote).
+PROMOTE_WAIT_SECONDS=${PROMOTE_WAIT_SECONDS:-60}
+require_int PROMOTE_WAIT_SECONDS 1
+# STALL_LOOKS: looks in a row at one replay position that make a replay
+# settled (settled) or stuck (promote).
+STALL_LOOKS=${STALL_LOOKS:-3}
+require_int STALL_LOOKS 2
 # silence_seconds: how long the primary must stay silent before a standby
 # is promoted: the grace, and never less than the fence.
 silence_seconds=$((GRACE_SECONDS > FENCE_SECONDS ? GRACE_SECONDS : FENCE_SECONDS))
@@ -247,9 +257,35 @@ switchover() {
 # promote T REASON: promote ordinal T, create the other ordinals' slots on
 # it, and report.
 promote() {
-	local to=$1 reason=$2 row
-	# pg_promote waits up to 60 s for the promotion: so does the query.
-	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, 60)" 65) || row=''
+	local to=$1 reason=$2 row at='' stood=0
+	# pg_promote waits up to PROMOTE_WAIT_SECONDS for the promotion: so does
+	# the query.
+	row=$(remote_query "${hosts[to]}" "SELECT pg_promote(true, $PROMOTE_WAIT_SECONDS)" $((PROMOTE_WAIT_SECONDS + 5))) || row=''
+	# The standby ends recovery only once it replayed every record it holds,
+	# and a long backlog (replay is one process, and a lagging standby may be
+	# the only one with the last commits) outlasts that wait: pg_promote
+	# then answers f, and the promotion goes on regardless (asked once, it
+	# cannot be taken back). Wait while the replay advances; a replay that
+	# stands still for STALL_LOOKS looks 5 s apart fails the run. Before, the
+	# run failed after 60 s, and every retry waited out the fence again.
+	[[ $row != f ]] || log "pg_promote on ordinal $to did not end within ${PROMOTE_WAIT_SECONDS}s: the promotion goes on; waiting while its replay advances"
+	while [[ $row == f ]]; do
+		sleep 5
+		row=$(remote_query "${hosts[to]}" "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text ELSE 'promoted' END") || row=''
+		case $row in
+		promoted) row=t ;;
+		*/*)
+			if [[ $row == "$at" ]]; then
+				stood=$((stood + 1))
+				((stood < STALL_LOOKS)) || die "ordinal $to was asked to promote and its replay stands at $row"
+			else
+				at=$row stood=0
+			fi
+			log "ordinal $to replays what it holds before its promotion ends: at $row"
+			row=f
+			;;
+		esac
+	done
 	[[ $row == t ]] || die "pg_promote on ordinal $to did not complete (answer '$row')"
 	create_slots "$to" || log "could not create the replication slots on ordinal $to; standbys that miss theirs are cloned again"
 	row=$(remote_query "${hosts[to]}" "SELECT ($SQL_ROLE) || '|' || pg_current_wal_lsn()") || row=''
@@ -417,8 +453,6 @@ standby_position() {
 # the Job gave up, for minutes, until the old primary came back). Such a
 # record was never committed anywhere: a commit returns once its whole
 # record is flushed.
-STALL_LOOKS=${STALL_LOOKS:-3}
-require_int STALL_LOOKS 2
 declare -a stood_at stood_for
 settled() {
 	local k=$1 replayed=$2 received=$3
@@ -514,7 +548,7 @@ fi
 # receiving finish first, and ends as soon as its replay settles.
 log "promoting ordinal $best (timeline $best_tli, WAL up to $best_text): waiting for its replay to settle"
 stood_at=() stood_for=()
-for ((i = 0; i < 60; i++)); do
+for ((i = 0; i < PROMOTE_WAIT_SECONDS; i++)); do
 	if row=$(standby_position "$best"); then
 		IFS='|' read -r recovery tli replayed received <<<"$row"
 		if [[ $recovery != t ]] || settled "$best" "$replayed" "$received"; then

@@ -722,3 +722,95 @@ func (c *cluster) stopStreaming(t *testing.T, s *instance) {
 		return nil
 	})
 }
+
+// TestFailoverPromotesThroughLongReplay: the chosen standby holds more WAL
+// than it replays within pg_promote's wait (replay is one process; a
+// standby that lagged under a write load may be the only one with the
+// last commits). pg_promote answers f, but the promotion it asked goes on;
+// the Job must wait while the replay advances and report the promotion.
+// Before, it failed the run ("pg_promote ... did not complete"), and every
+// retry of the Job waited out the silence and the fence again. The
+// standby's replay (its startup process) is stopped while the rows stream
+// in, then throttled to 3 ms in 100 while the Job runs, with the waits cut
+// to 2 s (PROMOTE_WAIT_SECONDS).
+func TestFailoverPromotesThroughLongReplay(t *testing.T) {
+	t.Parallel()
+	c, p, s := newPair(t, "lr-db")
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
+	c.waitReplayed(t, p, s)
+	startup := s.process(t, "startup")
+	_ = syscall.Kill(startup, syscall.SIGSTOP)
+	var stopThrottle func()
+	defer func() {
+		if stopThrottle != nil {
+			stopThrottle()
+		}
+		_ = syscall.Kill(startup, syscall.SIGCONT)
+	}()
+	const rows = 300_000
+	c.appSQL(t, p, fmt.Sprintf("INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, %d) g", rows))
+	lsn := c.superSQL(t, p, "postgres", "SELECT pg_current_wal_lsn()")
+	waitFor(t, 60*time.Second, s.pod+" received "+lsn, func() error {
+		if got := c.superSQL(t, s, "postgres", "SELECT pg_last_wal_receive_lsn() >= '"+lsn+"'::pg_lsn"); got != "t" {
+			return fmt.Errorf("%q", got)
+		}
+		return nil
+	})
+	behind := c.superSQL(t, s, "postgres", "SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint")
+	t.Logf("%s received %s bytes it has not replayed", s.pod, behind)
+	p.kill()
+
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			_ = syscall.Kill(startup, syscall.SIGCONT)
+			time.Sleep(3 * time.Millisecond)
+			_ = syscall.Kill(startup, syscall.SIGSTOP)
+			select {
+			case <-done:
+				return
+			case <-time.After(97 * time.Millisecond):
+			}
+		}
+	}()
+	stopThrottle = func() { close(done); <-stopped; stopThrottle = nil }
+
+	r := c.runFailover(t, []int{p.port, s.port}, 0, 1, "PROMOTE_WAIT_SECONDS=2", "CANDIDATE_ROUNDS=1")
+	stopThrottle()
+	_ = syscall.Kill(startup, syscall.SIGCONT)
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": 1.0, "timeline": 2.0, "reason": "PrimaryLost"}, r.outcome(t)); diff != "" {
+		t.Fatalf("outcome (-want +got):\n%s\n%s", diff, tail(r.out, 30))
+	}
+	// The scenario needs pg_promote to have answered before the replay
+	// ended: else it proves nothing.
+	if err := containsErr(r.out, "the promotion goes on; waiting while its replay advances"); err != nil {
+		t.Errorf("%v (the replay ended within pg_promote's wait: throttle it harder):\n%s", err, tail(r.out, 30))
+	}
+	if got := c.appSQL(t, s, "SELECT count(*) FROM t"); got != strconv.Itoa(rows) {
+		t.Errorf("rows on the promoted standby: %s, want %d", got, rows)
+	}
+}
+
+// process is the pid of the instance's PostgreSQL process in role
+// ("startup", "walreceiver"): PostgreSQL titles it "postgres: POD: ROLE ..."
+// (cluster_name is the pod's name).
+func (in *instance) process(t *testing.T, role string) int {
+	t.Helper()
+	var found int
+	waitFor(t, 30*time.Second, in.pod+"'s "+role+" process", func() error {
+		paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range paths {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			if title := strings.ReplaceAll(string(b), "\x00", " ") + " "; strings.HasPrefix(title, "postgres: "+in.pod+": "+role+" ") {
+				found, err = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				return err
+			}
+		}
+		return errors.New("none")
+	})
+	return found
+}
