@@ -814,3 +814,91 @@ func (in *instance) process(t *testing.T, role string) int {
 	})
 	return found
 }
+
+// TestSecondFailoverInsideCheckpointWindow: the promoted primary is lost
+// before its promotion's checkpoint ended (a spread checkpoint: minutes
+// with many dirty buffers), so its control file still says timeline 1
+// while its WAL is on 2, and the first deposed primary has not rejoined
+// yet (a rejoin asks the new primary for a CHECKPOINT, which closes the
+// window). Async (under sync the Job holds while the first deposed primary
+// is silent, TestFailoverSyncHoldsWithoutEveryStandby). The third instance
+// is promoted on timeline 3; both former primaries must rejoin it, every
+// row it holds on each, streaming on timeline 3 (issue 21's fault matrix:
+// "a second failover inside the checkpoint window of the first").
+func TestSecondFailoverInsideCheckpointWindow(t *testing.T) {
+	t.Parallel()
+	c, p, q, r := threeInstances(t, "cw-db", testTier)
+	hosts := []int{p.port, q.port, r.port}
+	// Dirty buffers on the standbys when the first promotion starts its
+	// checkpoint (100 ms a buffer when ahead of schedule).
+	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text); INSERT INTO t SELECT i, repeat('x', 200) FROM generate_series(1, 60000) i")
+	c.waitReplayed(t, p, q)
+	c.waitReplayed(t, p, r)
+	p.kill()
+
+	first := c.runFailover(t, hosts, 0, 1, "DURABILITY=async", "QUALIFIED_ORDINALS=1 2", "CANDIDATE_ROUNDS=2")
+	out := first.outcome(t)
+	to, _ := out["to"].(float64)
+	if to == 2 {
+		q, r = r, q
+	}
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": 0.0, "to": to, "timeline": 2.0, "reason": "PrimaryLost"}, out); diff != "" || (to != 1 && to != 2) {
+		t.Fatalf("first failover (-want +got):\n%s\n%s", diff, tail(first.out, 30))
+	}
+	// From here q is the first promoted and r the other standby, which the
+	// Job repointed to q.
+	c.appSQL(t, q, "INSERT INTO t SELECT i, 'on timeline 2' FROM generate_series(60001, 61000) i")
+	c.waitReplayed(t, q, r)
+	if got := c.superSQL(t, q, "postgres", "SELECT timeline_id FROM pg_control_checkpoint()"); got != "1" {
+		t.Fatalf("%s's control file is on timeline %s: its promotion's checkpoint ended, and the scenario needs it still running", q.pod, got)
+	}
+	q.kill()
+
+	qOrdinal, rOrdinal := ordinalOf(q), ordinalOf(r)
+	second := c.runFailover(t, hosts, qOrdinal, 1, "DURABILITY=async", "QUALIFIED_ORDINALS="+strconv.Itoa(rOrdinal), "LAST_TIMELINE=2", "CANDIDATE_ROUNDS=2")
+	if diff := cmp.Diff(map[string]any{"result": "promoted", "from": float64(qOrdinal), "to": float64(rOrdinal), "timeline": 3.0, "reason": "PrimaryLost"}, second.outcome(t)); diff != "" {
+		t.Fatalf("second failover (-want +got):\n%s\n%s", diff, tail(second.out, 30))
+	}
+	want := c.tableChecksums(t, r, c.db)
+	if got := c.appSQL(t, r, "SELECT count(*) FROM t"); got != "61000" {
+		t.Errorf("%s holds %s rows, want 61000 (each replayed before the loss)", r.pod, got)
+	}
+
+	// The function names r the primary; both former primaries start again.
+	writeFile(t, filepath.Join(c.scripts, "primary"), strconv.Itoa(rOrdinal)+"\n")
+	for _, in := range []*instance{q, p} {
+		in.start(t, fmt.Sprintf("PRIMARY_PORT=%d", r.port))
+		took := in.waitReady(t, 180*time.Second)
+		how := rejoinedBy(in.lastLog())
+		t.Logf("timing: %s rejoined in %v: %s", in.pod, took.Round(time.Millisecond), how)
+		// A rewind, not a clone: without the CHECKPOINT the entrypoint
+		// asks of r, whose control file is on timeline 1 too, neither
+		// former primary was rewound (tried).
+		if !strings.Contains(how, "rewound onto the primary") {
+			t.Errorf("%s rejoined without a rewind (%s):\n%s", in.pod, how, tail(in.lastLog(), 20))
+		}
+		if got := c.superSQL(t, in, "postgres", "SELECT status || ':' || received_tli || ':' || sender_port FROM pg_stat_wal_receiver"); got != fmt.Sprintf("streaming:3:%d", r.port) {
+			t.Errorf("%s's wal receiver %q, want streaming on timeline 3 from %s", in.pod, got, r.pod)
+		}
+		if diff := cmp.Diff(want, c.tableChecksums(t, in, c.db)); diff != "" {
+			t.Errorf("tables (-new primary +%s):\n%s", in.pod, diff)
+		}
+	}
+}
+
+// ordinalOf is the ordinal in an instance's pod name.
+func ordinalOf(in *instance) int {
+	n, _ := strconv.Atoi(in.pod[strings.LastIndexByte(in.pod, '-')+1:])
+	return n
+}
+
+// rejoinedBy names how the entrypoint made a former primary a standby, from
+// its log.
+func rejoinedBy(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "rewound onto the primary") || strings.Contains(l, "cloned") && strings.Contains(l, "entrypoint") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return "neither a rewind nor a clone logged"
+}
