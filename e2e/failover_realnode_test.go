@@ -52,7 +52,13 @@ func TestFailover(t *testing.T) {
 	// also: a scenario only the full matrix runs (fullMatrix), and what
 	// proves its property in every run.
 	losses := []struct{ name, how, durability, also string }{
-		{"FrozenPrimary", "freeze", "sync", ""},
+		// The one standby that acknowledged the last commits (sync) lags
+		// in replay at the loss, and keeps replaying slowly: it must be
+		// promoted, not skipped for the other (lagging_realnode_test.go).
+		// A frozen sync primary as FrozenPrimary, and more: first, on
+		// pods the kubelet has not restarted yet.
+		{"LaggingStandby", "freeze-lagging", "sync", ""},
+		{"FrozenPrimary", "freeze", "sync", "LaggingStandby (a frozen sync primary, a standby lagging)"},
 		{"EmptiedVolume", "empty", "sync", ""},
 		// A second failover of the same Database: CrossplaneDown is one
 		// too, and scripts' TestFailoverRefusesOldTimeline and the
@@ -87,10 +93,6 @@ func TestFailover(t *testing.T) {
 		// the last acknowledged commits, so the Job holds (Failover
 		// Held) until that standby answers again, then promotes.
 		{"StandbyLostWithPrimary", "freeze-with-standby", "sync", "scripts' TestFailoverSyncHoldsWithoutEveryStandby (real PostgreSQL servers)"},
-		// The one standby that acknowledged the last commits (sync) lags
-		// in replay at the loss, and keeps replaying slowly: it must be
-		// promoted, not skipped for the other (lagging_realnode_test.go).
-		{"LaggingStandby", "freeze-lagging", "sync", ""},
 	}
 	var table []step
 	for _, l := range losses {

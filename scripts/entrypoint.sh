@@ -671,19 +671,28 @@ rewind_once() {
 		log "the primary's checkpoint is not on a timeline newer than this copy's (answer '${row:-none}'): not rewinding"
 		return 1
 	fi
-	# pg_rewind finishes a crash recovery that never ran (single-user
-	# mode) but not one shut down half way ("shut down in recovery": a
-	# former primary restarted, then stopped, while it replayed its own WAL).
-	# It then takes the copy's end of WAL from the control file (the last
-	# checkpoint or minRecoveryPoint), short of what the copy wrote after
-	# the fork, finds "no rewind required", and the diverged copy starts as
-	# a standby that can never stream (seen in CI: 176 bytes past the fork;
-	# the sidecar then had it cloned). Such a copy of a former primary
-	# finishes its recovery first, as pg_rewind itself would.
-	if [[ ! -f $PGDATA/standby.signal ]] &&
-		[[ $(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p') == "shut down in recovery" ]]; then
-		log "$PGDATA was shut down in the middle of its crash recovery: finishing it (postgres --single) so that pg_rewind sees all of its WAL"
-		postgres --single -F -D "$PGDATA" template1 </dev/null >/dev/null 2>&1 || log "the single-user recovery failed; pg_rewind decides"
+	# A former primary not shut down cleanly finishes its crash recovery
+	# here (single-user mode), keeping every WAL segment it has. Two ways
+	# pg_rewind's own went wrong:
+	# - pg_rewind reads the copy's WAL back from the fork to the last
+	#   checkpoint before it. Its own crash recovery ends with a checkpoint
+	#   that recycles the segments older than wal_keep_size, and after a
+	#   busy spell whose checkpoint had not completed (a bulk write, then
+	#   the loss) that last checkpoint lies further back: "could not find
+	#   previous WAL record", and a whole clone instead of a rewind (seen in
+	#   the soak's LaggingStandby: 120 MB past the checkpoint, 64 MB kept).
+	#   wal_keep_size of 1TB for this recovery removes no segment.
+	# - It does not finish a recovery shut down half way ("shut down in
+	#   recovery": a former primary restarted, then stopped, while it
+	#   replayed its own WAL); it then takes the copy's end of WAL from the
+	#   control file, short of what the copy wrote after the fork, finds "no
+	#   rewind required", and the diverged copy starts as a standby that can
+	#   never stream (seen in CI: 176 bytes past the fork).
+	local state
+	state=$(LC_ALL=C pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p')
+	if [[ ! -f $PGDATA/standby.signal && -n $state && $state != "shut down" ]]; then
+		log "$PGDATA was not shut down cleanly ($state): finishing its crash recovery (postgres --single), keeping all of its WAL for pg_rewind"
+		postgres --single -F -D "$PGDATA" -c wal_keep_size=1TB template1 </dev/null >/dev/null 2>&1 || log "the single-user recovery failed; pg_rewind decides"
 	fi
 	: >"$REWIND_MARKER"
 	sync "$REWIND_MARKER"
