@@ -685,7 +685,7 @@ func TestRejoinAfterRecoveryStoppedHalfway(t *testing.T) {
 	took := p.waitReady(t, 120*time.Second)
 	t.Logf("timing: former primary rejoined in %v", took.Round(time.Millisecond))
 	log := p.lastLog()
-	for _, want := range []string{"shut down in the middle of its crash recovery", "rewound onto the primary"} {
+	for _, want := range []string{"was not shut down cleanly (shut down in recovery): finishing its crash recovery", "rewound onto the primary"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log: want %q:\n%s", want, tail(log, 30))
 		}
