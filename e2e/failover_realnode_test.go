@@ -326,7 +326,7 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 	promoted := time.Now()
 	t.Logf("%s: %s promoted in place of %s after %s", how, to, from, promoted.Sub(lost).Round(time.Second))
 	if lag != nil {
-		s.checkLagging(t, ns, to, lag)
+		lag.promoted(t, to)
 	}
 	if how == "partition" {
 		// The isolation fence: the old primary's sidecar stopped postgres
@@ -380,6 +380,9 @@ func (s *suite) loseThePrimary(t *testing.T, d database, ns, db, writerName, nam
 		fc.rejoinWait = 10 * time.Minute
 	}
 	r := s.checkAfterFailover(t, d, ns, db, writerName, fc)
+	if lag != nil {
+		s.checkLagging(t, ns, to, lag)
+	}
 	if held != nil {
 		held.check(t, r)
 		out, err := s.appSQL(ns, to, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", checker.Table, heldRow))
