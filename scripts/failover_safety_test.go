@@ -940,4 +940,3 @@ func TestRejoinAfterBusySpell(t *testing.T) {
 		t.Errorf("tables (-new primary +former primary):\n%s", diff)
 	}
 }
-
