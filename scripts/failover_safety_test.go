@@ -310,13 +310,20 @@ func TestFailoverRefusesOldTimeline(t *testing.T) {
 // divergedFailover: a primary p and its standby s, rows rows replayed on
 // both; then s stops streaming, p writes 100 rows s never gets and is
 // killed, and s is promoted: p's data has diverged from the new primary's.
-func divergedFailover(t *testing.T, name string, rows int) (c *cluster, p, s *instance) {
+func divergedFailover(t *testing.T, name string, rows int, settings ...string) (c *cluster, p, s *instance) {
 	t.Helper()
 	tl := requirePostgres(t)
 	c = newCluster(t, tl, newRoot(t, tl), name)
 	p, s = c.instance(0), c.instance(1)
 	p.start(t)
 	p.waitReady(t, 120*time.Second)
+	// settings: ALTER SYSTEM SET statements for p alone, reloaded.
+	for _, set := range settings {
+		c.superSQL(t, p, "postgres", "ALTER SYSTEM SET "+set)
+	}
+	if len(settings) > 0 {
+		c.superSQL(t, p, "postgres", "SELECT pg_reload_conf()")
+	}
 	c.appSQL(t, p, "CREATE TABLE t(id int PRIMARY KEY, pad text)")
 	s.start(t)
 	s.waitReady(t, 120*time.Second)
@@ -747,7 +754,7 @@ func TestFailoverPromotesThroughLongReplay(t *testing.T) {
 		}
 		_ = syscall.Kill(startup, syscall.SIGCONT)
 	}()
-	const rows = 300_000
+	const rows = 100_000
 	c.appSQL(t, p, fmt.Sprintf("INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, %d) g", rows))
 	lsn := c.superSQL(t, p, "postgres", "SELECT pg_current_wal_lsn()")
 	waitFor(t, 60*time.Second, s.pod+" received "+lsn, func() error {
@@ -904,8 +911,8 @@ func rejoinedBy(log string) string {
 }
 
 // TestRejoinAfterBusySpell: the former primary was lost after a write of
-// more WAL than wal_keep_size (64 MB in the test tier) since its last
-// completed checkpoint. pg_rewind reads its WAL back from the fork to that
+// more WAL than wal_keep_size (0 here, to keep the test light; 64 MB in
+// the e2e's seen case) since its last completed checkpoint. pg_rewind reads its WAL back from the fork to that
 // checkpoint; its own crash recovery of the lost primary ended with a
 // checkpoint that recycled those segments ("could not find previous WAL
 // record"), and the former primary was cloned whole instead of rewound
@@ -913,9 +920,12 @@ func rejoinedBy(log string) string {
 // crash recovery itself, keeping every segment.
 func TestRejoinAfterBusySpell(t *testing.T) {
 	t.Parallel()
-	// About 100 MB of WAL with no checkpoint completed since the table
-	// was created.
-	c, p, s := divergedFailover(t, "bs-db", 400000)
+	// About 20 MB of WAL with no checkpoint completed since the table
+	// was created, and the former primary keeping no WAL for standbys
+	// (wal_keep_size 0; the pods keep up to 256MB, a bulk write past it
+	// does the same): its crash recovery's checkpoint would recycle every
+	// segment before its end.
+	c, p, s := divergedFailover(t, "bs-db", 80000, "wal_keep_size = 0")
 	// The slot failover.sh creates on a promoted standby for each other
 	// instance (create_slots), reserving WAL from the promotion: the
 	// rewound copy streams from there. Without it the checksums' first
