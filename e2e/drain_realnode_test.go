@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -153,6 +154,7 @@ func (s *suite) waitRecreated(t *testing.T, ns, db, pod string, old types.UID) {
 func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string) {
 	ctx := context.Background()
 	primary, where, count := s.beforeDrain(t, d, ns, db, writerName)
+	last, _, _ := unstructured.NestedMap(d.get(t).Object, "status", "failover", "last")
 	var standbys []string
 	for _, pod := range slices.Sorted(mapKeys(where)) {
 		if pod != primary {
@@ -187,9 +189,19 @@ func (s *suite) drainStandby(t *testing.T, d database, ns, db, writerName string
 		scenario: "DrainStandby", durability: checker.Sync,
 		from: primary, to: primary, fault: fault, promoted: time.Now(),
 	})
+	// Nothing promoted: the primary and the last recorded failover are
+	// the same. A failover Job that found the primary answering and ended
+	// without promoting (not-needed) counts in status.failover.count: on
+	// a starved machine the primary's readiness probe can time out (10 s)
+	// twice during the drain, which starts one (seen in a CI rehearsal
+	// with the scripts level running beside); it is logged, not failed on.
 	u := d.get(t)
-	if c, _, _ := unstructured.NestedInt64(u.Object, "status", "failover", "count"); c != count || str(u, "status", "primary") != primary {
-		t.Errorf("a standby's drain moved the primary: %s, failover count %d (was %s, %d)", str(u, "status", "primary"), c, primary, count)
+	now, _, _ := unstructured.NestedMap(u.Object, "status", "failover", "last")
+	if str(u, "status", "primary") != primary || !reflect.DeepEqual(now, last) {
+		t.Errorf("a standby's drain moved the primary: %s, last failover %v (was %s, %v)", str(u, "status", "primary"), now, primary, last)
+	}
+	if c, _, _ := unstructured.NestedInt64(u.Object, "status", "failover", "count"); c != count {
+		t.Logf("a failover Job ran during the standby's drain and promoted nothing (count %d, was %d): %s", c, count, kube.GetCondition(u, "Failover").Message)
 	}
 }
 
