@@ -266,7 +266,8 @@ promote() {
 	# the only one with the last commits) outlasts that wait: pg_promote
 	# then answers f, and the promotion goes on regardless (asked once, it
 	# cannot be taken back). Wait while the replay advances; a replay that
-	# stands still for STALL_LOOKS looks 5 s apart fails the run. Before, the
+	# stands still (or a standby that does not answer) for STALL_LOOKS
+	# looks 5 s apart fails the run. Before, the
 	# run failed after 60 s, and every retry waited out the fence again.
 	[[ $row != f ]] || log "pg_promote on ordinal $to did not end within ${PROMOTE_WAIT_SECONDS}s: the promotion goes on; waiting while its replay advances"
 	while [[ $row == f ]]; do
@@ -282,6 +283,14 @@ promote() {
 				at=$row stood=0
 			fi
 			log "ordinal $to replays what it holds before its promotion ends: at $row"
+			row=f
+			;;
+		*)
+			# No answer (a standby busy replaying can miss PEER_TIMEOUT):
+			# one more look, counted as standing still.
+			stood=$((stood + 1))
+			((stood < STALL_LOOKS)) || die "ordinal $to was asked to promote and has not answered, or stood still, for $STALL_LOOKS looks"
+			log "ordinal $to does not answer while its promotion goes on (look $stood of $STALL_LOOKS)"
 			row=f
 			;;
 		esac
