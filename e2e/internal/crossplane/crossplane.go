@@ -273,7 +273,7 @@ func Start(ctx context.Context, dir string, cl *cluster.Cluster, k *kube.Client,
 	// addresses, each subchannel's state, each transport closed): twice in
 	// full runs every call to the function hung after its Deployment moved,
 	// and core's log alone did not say on which connection.
-	x.Core.Env = append(env, "GRPC_GO_LOG_SEVERITY_LEVEL=info")
+	x.Core.Env = slices.Concat(env, []string{"GRPC_GO_LOG_SEVERITY_LEVEL=info"})
 	if err := x.Core.Start(); err != nil {
 		return x, err
 	}
