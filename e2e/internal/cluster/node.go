@@ -48,7 +48,21 @@ const (
 	// and their DNS server (CoreDNS), every real node's InternalIP, and
 	// where the pods reach the API server (through the kubernetes Service)
 	// and what else the suite serves them.
-	BridgeIP    = "10.88.0.1"
+	BridgeIP = "10.88.0.1"
+	// bridgeMAC is the bridge's own hardware address, set once: a Linux
+	// bridge whose address the kernel chose takes the lowest address of
+	// its ports, so it changes whenever a pod whose veth has a lower one
+	// comes or goes. A pod that learned the gateway's address meanwhile
+	// (a neighbour probe answered in that window) then sends to an address
+	// no port has once that pod is gone: its packets to this machine are
+	// lost until its neighbour entry fails, tens of seconds. Twice in full
+	// runs the function's pod learned a CronJob pod's veth address this
+	// way six seconds before that pod ended, was deleted before its entry
+	// healed, and its GOAWAY and FIN never reached Crossplane core, whose
+	// connection to it then held every call for the 15 minutes of TCP
+	// retransmissions (TestNodes/FunctionNodeDies, and every test after
+	// it). Locally administered (02:), unicast.
+	bridgeMAC   = "02:fd:b0:00:00:01"
 	serviceCIDR = "10.0.0.0/24"
 	guardChain  = "FDB-E2E-GUARD"
 
@@ -328,9 +342,21 @@ func (n *Node) network(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := n.sh(ctx, "ip", "link", "set", bridgeName, "address", bridgeMAC); err != nil {
+		return err
+	}
 	_ = exec.CommandContext(ctx, "ip", "addr", "add", BridgeIP+"/16", "dev", bridgeName).Run() // exists on a second run
 	if err := n.sh(ctx, "ip", "link", "set", bridgeName, "up"); err != nil {
 		return err
+	}
+	// 3 is NET_ADDR_SET: the kernel no longer moves the address with the
+	// ports (see bridgeMAC).
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", bridgeName, "addr_assign_type"))
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", bridgeName, err)
+	}
+	if t := strings.TrimSpace(string(b)); t != "3" {
+		return fmt.Errorf("bridge %s: its hardware address is not fixed (addr_assign_type %s): it would follow its ports'", bridgeName, t)
 	}
 	n.unguard()
 	for _, args := range [][]string{
