@@ -133,10 +133,11 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string, touch func() erro
 				}
 			}
 		}
+		reach := func() string { pods, _ := s.functionPods(ctx); return s.functionReach(ctx, pods) }
 		eventuallyExplained(t, 4*time.Minute, "the function alone on "+cluster.RealNodeName+" again", func() (bool, string) {
 			pods, state := s.functionPods(ctx)
 			return len(pods) == 1 && pods[0].Spec.NodeName == cluster.RealNodeName && podReady(&pods[0]), state
-		}, func() string { pods, _ := s.functionPods(ctx); return s.functionReach(ctx, pods) })
+		}, reach)
 		// The rest of the suite needs core to call the function. When it
 		// does not (seen twice in full runs: every call on core's client
 		// connection hung until its 2-minute deadline, the function back
@@ -144,11 +145,11 @@ func (s *suite) functionOnNodes(t *testing.T, nodes [2]string, touch func() erro
 		// restart core so that one failure does not fail every test after
 		// it.
 		if !s.functionCalledAgain(t, touch) {
-			t.Errorf("Crossplane core does not call the function back on %s: %s; restarting core", cluster.RealNodeName, s.functionReach(ctx, mustFunctionPods(s, ctx)))
+			t.Errorf("Crossplane core does not call the function back on %s: %s; restarting core", cluster.RealNodeName, reach())
 			if err := s.xp.RestartCore(); err != nil {
 				t.Errorf("restart core: %v", err)
 			} else if !s.functionCalledAgain(t, touch) {
-				t.Errorf("Crossplane core does not call the function after its restart either: %s", s.functionReach(ctx, mustFunctionPods(s, ctx)))
+				t.Errorf("Crossplane core does not call the function after its restart either: %s", reach())
 			}
 		}
 		c, err := s.k.Resource(runtimeConfigGVK, "")
@@ -203,11 +204,6 @@ func (s *suite) functionCalledAgain(t *testing.T, touch func() error) bool {
 		}
 		return answered() > before, ""
 	})
-}
-
-func mustFunctionPods(s *suite, ctx context.Context) []corev1.Pod {
-	pods, _ := s.functionPods(ctx)
-	return pods
 }
 
 // functionPods are the pods of the function's Deployment, with a line
